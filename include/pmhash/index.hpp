@@ -1,0 +1,93 @@
+// pmhash — the C++ API. One index per pool file.
+//
+//   pmhash::Options o;  o.scheme = "turbohash";  o.format = pmhash::Format::kVariable;
+//   std::unique_ptr<pmhash::Index> t;
+//   pmhash::Status s = pmhash::Index::open("/dev/shm/t.pool", o, &t);
+//   s = t->insert("k", "v");          // kAlreadyExists if present
+//   s = t->upsert("k", "v2");         // insert or replace
+//   std::string v;  s = t->get("k", &v);
+//   s = t->remove("k");
+//   s = t->close();                   // clean shutdown: next open takes the fast path
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pmhash/options.hpp"
+#include "pmhash/status.hpp"
+
+namespace pmhash {
+
+// Flush accounting of the calling thread, across all indexes (cheap, always on).
+struct PersistCounters {
+  uint64_t flushes = 0;        // cache lines flushed (clwb/clflushopt/clflush)
+  uint64_t fences = 0;         // sfence
+  uint64_t bytes_flushed = 0;  // flushes * 64, plus non-temporal bytes
+};
+PersistCounters thread_persist_counters();
+
+struct Stats {
+  std::string scheme;
+  Format format = Format::kFixed;
+  Mode mode = Mode::kAuto;        // the mode in use (never kAuto)
+  bool recovered_from_crash = false;  // last open found no clean-shutdown flag
+  double open_ms = 0;             // time the last open took (recovery included)
+  uint64_t size = 0;              // live keys
+  uint64_t capacity_slots = 0;    // slots the table has now
+  double load_factor = 0;         // size / capacity_slots
+  uint64_t dram_bytes = 0;        // DRAM the index holds (filters, mirrors, locks)
+  uint64_t pm_bytes = 0;          // pool bytes allocated
+  uint64_t pool_bytes = 0;        // pool file size
+  std::map<std::string, double> counters;  // scheme-specific (probe distance, splits, ...)
+};
+
+// Limits for the variable format (fixed pools take exactly 8-byte keys and values).
+inline constexpr size_t kMaxKeySize = 4096;
+inline constexpr size_t kMaxValueSize = 65536;
+
+class IndexImpl;
+struct OpenHooks;
+
+class Index {
+ public:
+  // Opens `path`, creating it when missing (if options.create). After a crash, runs the
+  // scheme's recovery. A file that is not a valid pool of this scheme and format gets a
+  // specific error and is left unchanged.
+  static Status open(const std::string& path, const Options& options,
+                     std::unique_ptr<Index>* out);
+
+  ~Index();  // closes cleanly if close() was not called
+  Index(const Index&) = delete;
+  Index& operator=(const Index&) = delete;
+
+  Status insert(std::string_view key, std::string_view value);  // kAlreadyExists if present
+  Status upsert(std::string_view key, std::string_view value);  // insert or replace
+  Status update(std::string_view key, std::string_view value);  // kNotFound if absent
+  Status get(std::string_view key, std::string* value) const;   // kNotFound if absent
+  Status remove(std::string_view key);                          // kNotFound if absent
+  uint64_t size() const;
+  Stats stats() const;
+  // Structural self-check (fsck) of the scheme plus the pool allocator's leak check.
+  Status check(std::string* report = nullptr) const;
+  // Visits every live item (no concurrent writers allowed while it runs).
+  void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
+                void* ctx) const;
+  Status close();
+
+  IndexImpl* impl() const { return impl_.get(); }  // for tests and tools
+
+ private:
+  friend Status open_index(const std::string&, const Options&, const OpenHooks&,
+                           std::unique_ptr<Index>*);
+  explicit Index(std::unique_ptr<IndexImpl> impl);
+  std::unique_ptr<IndexImpl> impl_;
+};
+
+// Names of the registered schemes.
+std::vector<std::string> schemes();
+
+}  // namespace pmhash

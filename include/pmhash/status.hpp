@@ -1,0 +1,46 @@
+// pmhash — status codes returned by every operation. No exceptions cross the API.
+#pragma once
+
+#include <string>
+#include <utility>
+
+namespace pmhash {
+
+enum class Code {
+  kOk = 0,
+  kNotFound,            // key absent (get/update/remove), or pool file missing
+  kAlreadyExists,       // insert of a key that is present
+  kInvalidArgument,     // empty or oversized key/value, wrong size in a fixed pool, bad option
+  kNotAPool,            // the file is not a pmhash pool (bad magic)
+  kTruncated,           // the file is shorter than its header says
+  kChecksumMismatch,    // header checksum does not match (corrupted header)
+  kUnsupportedVersion,  // pool format version this build cannot read
+  kSchemeMismatch,      // pool holds another scheme than the one asked for
+  kFormatMismatch,      // pool holds another key/value format than the one asked for
+  kPoolBusy,            // pool already open (this or another process)
+  kPoolFull,            // no space left in the pool; reads and deletes still work
+  kUnknownScheme,       // no scheme registered under that name
+  kIoError,             // the OS refused (open, map, lock, ...)
+  kCorrupted,           // a structural check failed
+};
+
+const char* code_name(Code c);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  std::string to_string() const;
+  bool operator==(Code c) const { return code_ == c; }
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+}  // namespace pmhash

@@ -1,0 +1,97 @@
+// Items: what a 16-byte slot holds in each pool format, and the out-of-line item store of
+// the variable format (TurboHash §3.6, used by every scheme).
+//
+//   fixed     slot = | key (8 B, the key's bytes) | value (8 B, the value's bytes) |
+//   variable  slot = | hashed key (8 B, XXH3)     | offset of the item (8 B)       |
+//
+//   out-of-line item (a pool block, 64-byte granularity, written once, never changed):
+//   | key_len u32 | value_len u32 | key bytes | value bytes | pad |
+//
+// A variable item is updated out of place: a new item is written and flushed, then the
+// scheme's publishing 8-byte store, the item's allocation and the old item's free commit in
+// one pm::Tx. Freed items are reused only after an epoch grace period (lock-free readers).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "common/hash.hpp"
+#include "pm/allocator.hpp"
+#include "pmhash/options.hpp"
+#include "pmhash/status.hpp"
+
+namespace pmhash::common {
+
+struct Slot {
+  uint64_t key;
+  uint64_t value;
+};
+static_assert(sizeof(Slot) == 16);
+
+// PM words that lock-free readers may read while a writer changes them. Release/acquire so
+// a reader that sees an item's offset also sees the item's bytes.
+inline uint64_t load_word(const uint64_t& w) {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(w)).load(std::memory_order_acquire);
+}
+inline void store_word(uint64_t& w, uint64_t v) {
+  std::atomic_ref<uint64_t>(w).store(v, std::memory_order_release);
+}
+
+class Items {
+ public:
+  Items(Format f, pm::Allocator& alloc) : variable_(f == Format::kVariable), alloc_(alloc) {}
+
+  bool variable() const { return variable_; }
+
+  // The 64-bit hash every scheme places keys by.
+  static uint64_t hash(std::string_view key) { return hash_key(key); }
+
+  // What the slot's key word holds for this key.
+  uint64_t key_word(std::string_view key, uint64_t h) const {
+    if (variable_) return h;
+    uint64_t w;
+    std::memcpy(&w, key.data(), 8);
+    return w;
+  }
+
+  // The hash of the key a slot holds (for rehashing without the original key).
+  uint64_t slot_hash(uint64_t key_word) const {
+    return variable_ ? key_word : hash_word(key_word);
+  }
+
+  // Safe on words read racily (a lock-free reader validates afterwards).
+  bool matches(uint64_t slot_key, uint64_t slot_value, std::string_view key, uint64_t kw) const {
+    if (slot_key != kw) return false;
+    if (!variable_) return true;
+    std::string_view k;
+    return item_key(slot_value, &k) && k == key;
+  }
+
+  struct New {
+    uint64_t key_word = 0;
+    uint64_t value_word = 0;
+    pm::Reservation item;  // variable format: the item to publish in the same Tx
+  };
+  // Prepares the slot content. In the variable format writes and flushes the item (the
+  // caller's next fence orders it before the publishing store).
+  Status make(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
+  void cancel(const New& n) const { alloc_.cancel(n.item); }
+
+  // Reads a value; false if a racy read saw an impossible item (the reader retries).
+  bool read_value(uint64_t value_word, std::string* out) const;
+  // The item's key (variable) — false if the offset does not hold a plausible item.
+  bool item_key(uint64_t value_word, std::string_view* key) const;
+  // Key bytes for a slot (export, check).
+  std::string slot_key_bytes(const Slot& s) const;
+
+  // The out-of-line item a slot owns (0 in the fixed format).
+  uint64_t owned_block(uint64_t value_word) const { return variable_ ? value_word : 0; }
+
+ private:
+  bool variable_;
+  pm::Allocator& alloc_;
+};
+
+}  // namespace pmhash::common

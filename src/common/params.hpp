@@ -1,0 +1,30 @@
+// Scheme parameters: "key=value;key=value" (recorded in the pool header for layout
+// parameters, given in Options::params for run-time knobs).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace pmhash::common {
+
+class Params {
+ public:
+  Params() = default;
+  explicit Params(const std::map<std::string, std::string>& m) : m_(m) {}
+  static Params parse(const std::string& text);
+  std::string serialize() const;
+
+  bool has(const std::string& k) const { return m_.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& def) const;
+  // Returns false (and leaves *out) when the value is not an unsigned integer.
+  bool get_u64(const std::string& k, uint64_t def, uint64_t* out) const;
+  bool get_bool(const std::string& k, bool def) const;
+  void set(const std::string& k, const std::string& v) { m_[k] = v; }
+  const std::map<std::string, std::string>& map() const { return m_; }
+
+ private:
+  std::map<std::string, std::string> m_;
+};
+
+}  // namespace pmhash::common

@@ -1,0 +1,264 @@
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "index_impl.hpp"
+
+namespace pmhash {
+
+const char* code_name(Code c) {
+  switch (c) {
+    case Code::kOk: return "ok";
+    case Code::kNotFound: return "not found";
+    case Code::kAlreadyExists: return "already exists";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kNotAPool: return "not a pool";
+    case Code::kTruncated: return "truncated";
+    case Code::kChecksumMismatch: return "checksum mismatch";
+    case Code::kUnsupportedVersion: return "unsupported version";
+    case Code::kSchemeMismatch: return "scheme mismatch";
+    case Code::kFormatMismatch: return "format mismatch";
+    case Code::kPoolBusy: return "pool busy";
+    case Code::kPoolFull: return "pool full";
+    case Code::kUnknownScheme: return "unknown scheme";
+    case Code::kIoError: return "I/O error";
+    case Code::kCorrupted: return "corrupted";
+  }
+  return "?";
+}
+
+std::string Status::to_string() const {
+  if (ok()) return "ok";
+  return std::string(code_name(code_)) + ": " + message_;
+}
+
+const char* format_name(Format f) { return f == Format::kFixed ? "fixed" : "variable"; }
+
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kAuto: return "auto";
+    case Mode::kPm: return "pm";
+    case Mode::kEmulated: return "emulated";
+    case Mode::kMsync: return "msync";
+    case Mode::kNone: return "none";
+  }
+  return "?";
+}
+
+PersistCounters thread_persist_counters() { return pm::tls_counters; }
+
+std::vector<std::string> schemes() {
+  std::vector<std::string> v;
+  for (auto* f : all_schemes()) v.push_back(f->name);
+  return v;
+}
+
+Status IndexImpl::check_key(std::string_view key) const {
+  if (items->variable()) {
+    if (key.empty()) return {Code::kInvalidArgument, "empty key"};
+    if (key.size() > kMaxKeySize)
+      return {Code::kInvalidArgument, "key of " + std::to_string(key.size()) +
+                                          " bytes exceeds the limit of " +
+                                          std::to_string(kMaxKeySize)};
+  } else if (key.size() != 8) {
+    return {Code::kInvalidArgument,
+            "fixed pools take 8-byte keys, got " + std::to_string(key.size()) + " bytes"};
+  }
+  return Status::Ok();
+}
+
+Status IndexImpl::check_value(std::string_view value) const {
+  if (items->variable()) {
+    if (value.empty()) return {Code::kInvalidArgument, "empty value"};
+    if (value.size() > kMaxValueSize)
+      return {Code::kInvalidArgument, "value of " + std::to_string(value.size()) +
+                                          " bytes exceeds the limit of " +
+                                          std::to_string(kMaxValueSize)};
+  } else if (value.size() != 8) {
+    return {Code::kInvalidArgument,
+            "fixed pools take 8-byte values, got " + std::to_string(value.size()) + " bytes"};
+  }
+  return Status::Ok();
+}
+
+bool IndexImpl::check(std::string* report) const {
+  std::string r;
+  bool ok = scheme->check(&r);
+  // allocated == reachable: every allocated block is referenced once, and nothing else.
+  std::map<uint64_t, uint64_t> allocated;
+  alloc->for_each_allocated([&](uint64_t off, uint64_t size) { allocated[off] = size; });
+  std::set<uint64_t> reachable;
+  scheme->for_each_reachable([&](uint64_t off) {
+    if (!reachable.insert(off).second) {
+      ok = false;
+      r += "block " + std::to_string(off) + " is referenced twice\n";
+    }
+    if (!allocated.count(off)) {
+      ok = false;
+      r += "block " + std::to_string(off) + " is referenced but not allocated\n";
+    }
+  });
+  size_t leaked = 0;
+  for (auto& [off, size] : allocated) {
+    if (reachable.count(off)) continue;
+    ok = false;
+    if (++leaked <= 5)
+      r += "block " + std::to_string(off) + " (" + std::to_string(size) +
+           " bytes) is allocated but unreachable (leak)\n";
+  }
+  if (leaked > 5) r += std::to_string(leaked) + " leaked blocks in all\n";
+  if (report) *report += r;
+  return ok;
+}
+
+void IndexImpl::close() {
+  if (closed) return;
+  scheme->close();
+  epochs->drain();
+  pool->set_clean(true);
+  closed = true;
+}
+
+Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
+                  std::unique_ptr<Index>* out) {
+  auto t0 = std::chrono::steady_clock::now();
+  const SchemeFactory* f = find_scheme(options.scheme);
+  if (f == nullptr) {
+    std::string names;
+    for (auto& n : schemes()) names += (names.empty() ? "" : ", ") + n;
+    return {Code::kUnknownScheme, "unknown scheme '" + options.scheme + "' (known: " + names + ")"};
+  }
+  if (options.format != Format::kFixed && options.format != Format::kVariable)
+    return {Code::kInvalidArgument, "unknown key/value format"};
+  common::Params layout;
+  Status s = f->layout(options, &layout);
+  if (!s.ok()) return s;
+
+  auto impl = std::make_unique<IndexImpl>();
+  impl->options = options;
+  pm::PoolArgs pa;
+  pa.scheme = options.scheme;
+  pa.format = options.format;
+  pa.mode = options.mode;
+  pa.delay_ns = options.pm_write_delay_ns;
+  pa.create = options.create;
+  pa.pool_size = options.pool_size;
+  if (hooks.chunk_size != 0) pa.chunk_size = hooks.chunk_size;
+  pa.params = layout.serialize();
+  pa.hook = hooks.persist_hook;
+  s = pm::Pool::open(path, pa, &impl->pool);
+  if (!s.ok()) return s;
+  pm::Pool& pool = *impl->pool;
+  pool.mutations = hooks.mutations;
+
+  // From here on the file is ours: mark it in use, so a crash from now on means recovery.
+  bool clean = pool.was_clean();
+  pool.set_clean(false);
+  impl->threads = pm::ThreadRegistry::make();
+  impl->alloc = std::make_unique<pm::Allocator>(pool);
+  bool fresh = pool.root() == 0;  // creation never finished: nothing is reachable
+  impl->alloc->recover(fresh);
+  impl->items = std::make_unique<common::Items>(pool.format(), *impl->alloc);
+  impl->epochs = std::make_unique<pm::Epochs>(impl->threads);
+  pm::Allocator* alloc = impl->alloc.get();
+  pm::Epochs* epochs = impl->epochs.get();
+  alloc->on_free = [alloc, epochs](uint64_t off) {
+    epochs->retire([alloc, off] { alloc->release(off); });
+  };
+  SchemeContext ctx{pool,
+                    *impl->alloc,
+                    *impl->epochs,
+                    *impl->threads,
+                    *impl->items,
+                    impl->options,
+                    common::Params::parse(pool.params()),
+                    common::Params(options.params)};
+  s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
+  if (!s.ok()) return s;
+  impl->recovered = !fresh && !clean;
+  impl->open_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  out->reset(new Index(std::move(impl)));
+  return Status::Ok();
+}
+
+Index::Index(std::unique_ptr<IndexImpl> impl) : impl_(std::move(impl)) {}
+
+Index::~Index() {
+  if (impl_) impl_->close();
+}
+
+Status Index::open(const std::string& path, const Options& options, std::unique_ptr<Index>* out) {
+  return open_index(path, options, OpenHooks{}, out);
+}
+
+Status Index::insert(std::string_view key, std::string_view value) {
+  Status s = impl_->check_key(key);
+  if (s.ok()) s = impl_->check_value(value);
+  return s.ok() ? impl_->scheme->put(key, value, PutMode::kInsert) : s;
+}
+
+Status Index::upsert(std::string_view key, std::string_view value) {
+  Status s = impl_->check_key(key);
+  if (s.ok()) s = impl_->check_value(value);
+  return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpsert) : s;
+}
+
+Status Index::update(std::string_view key, std::string_view value) {
+  Status s = impl_->check_key(key);
+  if (s.ok()) s = impl_->check_value(value);
+  return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpdate) : s;
+}
+
+Status Index::get(std::string_view key, std::string* value) const {
+  Status s = impl_->check_key(key);
+  return s.ok() ? impl_->scheme->get(key, value) : s;
+}
+
+Status Index::remove(std::string_view key) {
+  Status s = impl_->check_key(key);
+  return s.ok() ? impl_->scheme->remove(key) : s;
+}
+
+uint64_t Index::size() const { return impl_->scheme->size(); }
+
+Stats Index::stats() const {
+  Stats st;
+  st.scheme = impl_->pool->scheme();
+  st.format = impl_->pool->format();
+  st.mode = impl_->pool->mode();
+  st.recovered_from_crash = impl_->recovered;
+  st.open_ms = impl_->open_ms;
+  st.size = impl_->scheme->size();
+  st.capacity_slots = impl_->scheme->capacity_slots();
+  st.load_factor = st.capacity_slots ? double(st.size) / double(st.capacity_slots) : 0.0;
+  st.dram_bytes = impl_->scheme->dram_bytes();
+  st.pm_bytes = impl_->alloc->allocated_bytes();
+  st.pool_bytes = impl_->pool->size();
+  impl_->scheme->counters(&st.counters);
+  return st;
+}
+
+Status Index::check(std::string* report) const {
+  std::string r;
+  bool ok = impl_->check(&r);
+  if (report) *report = r;
+  if (ok) return Status::Ok();
+  return {Code::kCorrupted, r.substr(0, r.find('\n'))};
+}
+
+void Index::for_each(void (*fn)(void*, std::string_view, std::string_view), void* ctx) const {
+  const common::Items& items = *impl_->items;
+  std::string v;
+  impl_->scheme->for_each([&](const common::Slot& s) {
+    std::string k = items.slot_key_bytes(s);
+    if (items.read_value(s.value, &v)) fn(ctx, k, v);
+  });
+}
+
+Status Index::close() {
+  impl_->close();
+  return Status::Ok();
+}
+
+}  // namespace pmhash

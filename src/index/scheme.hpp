@@ -1,0 +1,66 @@
+// What a scheme implements. A scheme folder depends on pm/ and common/ only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/items.hpp"
+#include "common/params.hpp"
+#include "pm/allocator.hpp"
+#include "pm/epoch.hpp"
+#include "pm/pool.hpp"
+#include "pm/threads.hpp"
+#include "pmhash/index.hpp"
+
+namespace pmhash {
+
+enum class PutMode { kInsert, kUpsert, kUpdate };
+
+struct SchemeContext {
+  pm::Pool& pool;
+  pm::Allocator& alloc;
+  pm::Epochs& epochs;
+  pm::ThreadRegistry& threads;
+  const common::Items& items;
+  const Options& options;
+  common::Params layout;   // recorded in the pool at creation
+  common::Params runtime;  // Options::params of this open
+};
+
+class Scheme {
+ public:
+  virtual ~Scheme() = default;
+  virtual Status put(std::string_view key, std::string_view value, PutMode mode) = 0;
+  virtual Status get(std::string_view key, std::string* value) = 0;
+  virtual Status remove(std::string_view key) = 0;
+  virtual uint64_t size() const = 0;
+  virtual uint64_t capacity_slots() const = 0;
+  virtual uint64_t dram_bytes() const = 0;
+  virtual void counters(std::map<std::string, double>* out) const { (void)out; }
+  // Structural self-check; appends one line per problem to *report.
+  virtual bool check(std::string* report) const = 0;
+  // Every pool block the index references (root, tables, out-of-line items).
+  virtual void for_each_reachable(const std::function<void(uint64_t off)>& fn) const = 0;
+  // Every live item (quiescent index).
+  virtual void for_each(const std::function<void(const common::Slot&)>& fn) const = 0;
+  // Clean shutdown: persist whatever the paper saves for a fast reopen.
+  virtual void close() {}
+};
+
+struct SchemeFactory {
+  const char* name;
+  // Layout parameters to record in a new pool (from Options; validated).
+  Status (*layout)(const Options& options, common::Params* layout);
+  // A new pool: build the structure and publish its root (Pool::mutable_header().root).
+  Status (*create)(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
+  // An existing pool: fast path after a clean close, recovery after a crash.
+  Status (*open)(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+};
+
+const SchemeFactory* find_scheme(const std::string& name);
+const std::vector<const SchemeFactory*>& all_schemes();
+
+}  // namespace pmhash

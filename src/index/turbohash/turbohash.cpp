@@ -1,0 +1,502 @@
+#include "index/turbohash/turbohash.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+#include <vector>
+
+namespace pmhash::turbohash {
+
+using common::load_word;
+using common::Slot;
+using common::store_word;
+
+TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
+    : pool_(ctx.pool),
+      alloc_(ctx.alloc),
+      epochs_(ctx.epochs),
+      threads_(ctx.threads),
+      items_(ctx.items),
+      root_off_(root_off),
+      root_(ctx.pool.ptr<Root>(root_off)),
+      dir_(ctx.pool.ptr<Descriptor>(root_->directory)),
+      nshards_(root_->nshards),
+      scope_(root_->scope),
+      match_(ctx.runtime.get_bool("simd", true) ? common::best_tag_match()
+                                                 : common::tag_match_scalar),
+      shards_(new ShardMirror[root_->nshards]),
+      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
+  // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    const Descriptor& d = dir_[s];
+    shards_[s].packed.store(d.set[d.version & 1], std::memory_order_relaxed);
+  }
+}
+
+Status TurboHash::layout(const Options& o, common::Params* layout) {
+  common::Params p(o.params);
+  // Paper: 64K shards x 16 buckets for 12M slots. Default: sized from the capacity hint
+  // for a load factor near 0.5 before the first resizes, else 1024 shards.
+  uint64_t want_buckets = o.capacity_hint ? o.capacity_hint / 7 : 16 * 1024;
+  uint64_t def_shards = 1;
+  while (def_shards * 16 < want_buckets && def_shards < (1u << 20)) def_shards <<= 1;
+  uint64_t shards, buckets, scope;
+  if (!p.get_u64("shards", def_shards, &shards) || shards == 0 || shards > (1u << 24))
+    return {Code::kInvalidArgument, "turbohash: 'shards' must be 1..16777216"};
+  if (!p.get_u64("buckets", 16, &buckets) || buckets == 0 || buckets > kMaxShardBuckets / 2)
+    return {Code::kInvalidArgument, "turbohash: 'buckets' (initial buckets per shard) invalid"};
+  if (!p.get_u64("scope", 16, &scope) || scope == 0 || scope > 1024)
+    return {Code::kInvalidArgument, "turbohash: 'scope' (probing scope) must be 1..1024"};
+  layout->set("shards", std::to_string(shards));
+  layout->set("buckets", std::to_string(buckets));
+  layout->set("scope", std::to_string(scope));
+  return Status::Ok();
+}
+
+Status TurboHash::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
+  uint64_t nshards = 0, nbuckets = 0, scope = 0;
+  if (!ctx.layout.get_u64("shards", 0, &nshards) || !ctx.layout.get_u64("buckets", 0, &nbuckets) ||
+      !ctx.layout.get_u64("scope", 0, &scope) || nshards == 0 || nbuckets == 0 || scope == 0)
+    return {Code::kCorrupted, "turbohash: pool header lacks layout parameters"};
+  pm::Allocator& a = ctx.alloc;
+  const pm::Persister& p = ctx.pool.persister();
+  std::vector<pm::Reservation> all;
+  auto fail = [&] {
+    for (auto& r : all) a.cancel(r);
+    return Status(Code::kPoolFull, "pool too small for " + std::to_string(nshards) + " shards of " +
+                                       std::to_string(nbuckets) + " buckets");
+  };
+  pm::Reservation root = a.reserve(sizeof(Root));
+  if (!root) return fail();
+  all.push_back(root);
+  pm::Reservation dir = a.reserve(nshards * sizeof(Descriptor));
+  if (!dir) return fail();
+  all.push_back(dir);
+  auto* d = ctx.pool.ptr<Descriptor>(dir.off);
+  for (uint64_t s = 0; s < nshards; ++s) {
+    pm::Reservation sh = a.reserve(nbuckets * sizeof(Bucket));
+    if (!sh) return fail();
+    all.push_back(sh);
+    std::memset(ctx.pool.ptr<char>(sh.off), 0, nbuckets * sizeof(Bucket));
+    p.flush(ctx.pool.ptr<char>(sh.off), nbuckets * sizeof(Bucket));
+    d[s] = Descriptor{{pack(nbuckets, sh.off), 0}, 0, 0};
+  }
+  p.flush(d, nshards * sizeof(Descriptor));
+  auto* r = ctx.pool.ptr<Root>(root.off);
+  *r = Root{kRootMagic, nshards, scope, dir.off, {0, 0, 0, 0}};
+  p.flush(r, sizeof(Root));
+  // Nothing is reachable until the root is published, and an unfinished creation is
+  // formatted away at the next open: no log needed for these allocations.
+  for (auto& res : all) a.publish_unlogged(res);
+  p.fence();
+  pm::Tx tx(a);
+  tx.store(&ctx.pool.mutable_header().root, root.off);
+  tx.commit();
+  *out = std::make_unique<TurboHash>(ctx, root.off);
+  return Status::Ok();
+}
+
+Status TurboHash::open(SchemeContext& ctx, bool /*clean: recovery is the same, §3.7*/,
+                       std::unique_ptr<Scheme>* out) {
+  uint64_t root_off = ctx.pool.root();
+  if (ctx.alloc.block_size(root_off) < sizeof(Root) ||
+      ctx.pool.ptr<Root>(root_off)->magic != kRootMagic)
+    return {Code::kCorrupted, "turbohash: root object missing or damaged"};
+  const Root& r = *ctx.pool.ptr<Root>(root_off);
+  if (r.nshards == 0 || r.scope == 0 ||
+      ctx.alloc.block_size(r.directory) < r.nshards * sizeof(Descriptor))
+    return {Code::kCorrupted, "turbohash: shard directory missing or damaged"};
+  const Descriptor* d = ctx.pool.ptr<Descriptor>(r.directory);
+  for (uint64_t s = 0; s < r.nshards; ++s) {
+    uint64_t live = d[s].set[d[s].version & 1];
+    uint64_t n = packed_count(live);
+    if (n == 0 || ctx.alloc.block_size(packed_offset(live)) < n * sizeof(Bucket))
+      return {Code::kCorrupted, "turbohash: shard " + std::to_string(s) + " points nowhere"};
+  }
+  *out = std::make_unique<TurboHash>(ctx, root_off);
+  return Status::Ok();
+}
+
+TurboHash::Hashed TurboHash::hashed(std::string_view key) const {
+  uint64_t h = common::Items::hash(key);
+  return {h, items_.key_word(key, h), static_cast<uint32_t>(common::fast_range(h >> 32, nshards_)),
+          static_cast<uint8_t>(h >> 32)};
+}
+
+// Algorithm 1 (lock-free search). Each bucket is read between two loads of its metadata;
+// a changed sequence number means a writer completed in between: retry the bucket. Unlike
+// Algorithm 1 we validate misses too: a stale snapshot can otherwise miss a key that an
+// update moved within the bucket while a later insert reused its old slot.
+Status TurboHash::get(std::string_view key, std::string* value) {
+  Hashed k = hashed(key);
+  unsigned tid = threads_.id();
+  ThreadStats& ts = tstats_[tid];
+  pm::Epochs::Guard guard(epochs_, tid);
+  uint64_t packed = shards_[k.shard].packed.load(std::memory_order_acquire);
+  Bucket* b0 = shard_buckets(packed);
+  uint64_t n = packed_count(packed);
+  uint64_t idx = home(k.h, n), scope = std::min(scope_, n);
+  for (uint64_t d = 0; d < scope; ++d, idx = idx + 1 == n ? 0 : idx + 1) {
+    Bucket& b = b0[idx];
+    for (;;) {
+      uint64_t m1 = b.load_meta();
+      uint8_t tags[16];
+      b.load_tags(tags);
+      uint32_t mask = match_(tags, k.tag) & Bucket::live(m1);
+      bool found = false, readable = true;
+      for (; mask != 0; mask &= mask - 1) {
+        int pos = std::countr_zero(mask);
+        uint64_t sk = load_word(b.slots[pos].key), sv = load_word(b.slots[pos].value);
+        if (items_.matches(sk, sv, key, k.kw)) {
+          found = true;
+          readable = items_.read_value(sv, value);
+          break;
+        }
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (Bucket::seq(b.load_meta()) != Bucket::seq(m1)) {  // NeedRetry
+        bump(ts.retries);
+        continue;
+      }
+      if (found) {
+        if (!readable) return {Code::kCorrupted, "turbohash: slot points to no item"};
+        bump(ts.pos_reads);
+        bump(ts.pos_probes, d + 1);
+        return Status::Ok();
+      }
+      if (Bucket::path_end(m1)) {
+        bump(ts.neg_reads);
+        bump(ts.neg_probes, d + 1);
+        return {Code::kNotFound, "key not found"};
+      }
+      break;
+    }
+  }
+  bump(ts.neg_reads);
+  bump(ts.neg_probes, scope);
+  return {Code::kNotFound, "key not found"};
+}
+
+// Algorithms 2 and 4: insert, update (near-place) and upsert, under the shard's WriteLock.
+Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode) {
+  Hashed k = hashed(key);
+  ShardMirror& sm = shards_[k.shard];
+  std::lock_guard<std::mutex> lock(sm.write_lock);
+  const pm::Persister& p = pool_.persister();
+  for (;;) {
+    uint64_t packed = sm.packed.load(std::memory_order_relaxed);
+    Bucket* b0 = shard_buckets(packed);
+    uint64_t n = packed_count(packed);
+    uint64_t idx = home(k.h, n), scope = std::min(scope_, n);
+    Bucket* key_b = nullptr;  // FindSlotForInsert
+    int key_pos = -1;
+    Bucket* del_b = nullptr;
+    Bucket* end_b = nullptr;
+    for (uint64_t d = 0; d < scope && key_b == nullptr; ++d, idx = idx + 1 == n ? 0 : idx + 1) {
+      Bucket& b = b0[idx];
+      uint64_t m = b.load_meta();
+      uint8_t tags[16];
+      b.load_tags(tags);
+      for (uint32_t mask = match_(tags, k.tag) & Bucket::live(m); mask; mask &= mask - 1) {
+        int pos = std::countr_zero(mask);
+        if (items_.matches(b.slots[pos].key, b.slots[pos].value, key, k.kw)) {
+          key_b = &b;
+          key_pos = pos;
+          break;
+        }
+      }
+      if (key_b) break;
+      if (del_b == nullptr && (Bucket::deleted(m) & Bucket::valid(m) & kSlotMask)) del_b = &b;
+      if (Bucket::path_end(m)) {
+        end_b = &b;
+        break;
+      }
+    }
+    Bucket* b;
+    int pos;
+    if (key_b != nullptr) {
+      if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
+      b = key_b;
+      pos = Bucket::empty_slot(b->load_meta());  // the reserved slot: always there
+      if (pos < 0) return {Code::kCorrupted, "turbohash: bucket lost its reserved slot"};
+    } else {
+      if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+      if (del_b != nullptr) {  // the first deleted slot on the path (PickDeleteSlot)
+        b = del_b;
+        pos = std::countr_zero(Bucket::deleted(b->load_meta()) & Bucket::valid(b->load_meta()) &
+                               kSlotMask);
+      } else if (end_b != nullptr) {  // an empty slot of the path-end bucket
+        b = end_b;
+        pos = Bucket::empty_slot(b->load_meta());
+      } else {  // no room within the probing scope: rehash the shard (§3.5), retry
+        Status s = resize(k.shard);
+        if (!s.ok()) return s;
+        continue;
+      }
+    }
+    common::Items::New item;
+    Status s = items_.make(key, value, k.kw, &item);
+    if (!s.ok()) return s;
+    // Bucket::Insert: slot and tag first, persisted; then one 8-byte metadata store.
+    Slot& slot = b->slots[pos];
+    store_word(slot.key, item.key_word);
+    store_word(slot.value, item.value_word);
+    b->set_tag(pos, k.tag);
+    if (!PMHASH_MUTATION(pool_, kMutationSkipSlotFlush)) p.flush(&slot, sizeof slot);
+    if ((offsetof(Bucket, slots) + pos * sizeof(Slot)) / pm::kCacheLine != 0)
+      p.flush(b->tags, sizeof b->tags);  // the tag shares line 0 with the metadata
+    p.fence();
+    uint64_t m = b->load_meta();
+    uint32_t valid = Bucket::valid(m) | (1u << pos), del = Bucket::deleted(m) & ~(1u << pos);
+    uint64_t old_item = 0;
+    if (key_b != nullptr) {
+      valid ^= 1u << key_pos;  // old and new valid bits flip in the same store
+      old_item = items_.owned_block(b->slots[key_pos].value);
+    }
+    uint64_t nm = Bucket::make(valid, del, Bucket::seq(m) + 1);
+    if (items_.variable()) {
+      pm::Tx tx(alloc_);
+      tx.publish(item.item);
+      tx.store(&b->meta, nm);
+      if (old_item) tx.free(old_item);
+      tx.commit();
+    } else {
+      b->store_meta(nm);
+      p.persist(&b->meta, 8);
+    }
+    return Status::Ok();
+  }
+}
+
+// Algorithm 3: the delete bit is set and the sequence number bumped in one 8-byte store;
+// the valid bit stays, so no search path breaks.
+Status TurboHash::remove(std::string_view key) {
+  Hashed k = hashed(key);
+  ShardMirror& sm = shards_[k.shard];
+  std::lock_guard<std::mutex> lock(sm.write_lock);
+  uint64_t packed = sm.packed.load(std::memory_order_relaxed);
+  Bucket* b0 = shard_buckets(packed);
+  uint64_t n = packed_count(packed);
+  uint64_t idx = home(k.h, n), scope = std::min(scope_, n);
+  for (uint64_t d = 0; d < scope; ++d, idx = idx + 1 == n ? 0 : idx + 1) {
+    Bucket& b = b0[idx];
+    uint64_t m = b.load_meta();
+    uint8_t tags[16];
+    b.load_tags(tags);
+    for (uint32_t mask = match_(tags, k.tag) & Bucket::live(m); mask; mask &= mask - 1) {
+      int pos = std::countr_zero(mask);
+      if (!items_.matches(b.slots[pos].key, b.slots[pos].value, key, k.kw)) continue;
+      uint64_t nm =
+          Bucket::make(Bucket::valid(m), Bucket::deleted(m) | (1u << pos), Bucket::seq(m) + 1);
+      if (items_.variable()) {  // the item is freed with the same commit (epoch-deferred reuse)
+        pm::Tx tx(alloc_);
+        tx.store(&b.meta, nm);
+        tx.free(b.slots[pos].value);
+        tx.commit();
+      } else {
+        b.store_meta(nm);
+        pool_.persister().persist(&b.meta, 8);
+      }
+      return Status::Ok();
+    }
+    if (Bucket::path_end(m)) break;
+  }
+  return {Code::kNotFound, "key not found"};
+}
+
+bool TurboHash::place(Bucket* b0, uint64_t n, const Slot& s) const {
+  uint64_t h = items_.slot_hash(s.key);
+  uint64_t idx = home(h, n), scope = std::min(scope_, n);
+  for (uint64_t d = 0; d < scope; ++d, idx = idx + 1 == n ? 0 : idx + 1) {
+    Bucket& b = b0[idx];
+    if (!Bucket::path_end(b.meta)) continue;
+    int pos = Bucket::empty_slot(b.meta);
+    b.slots[pos] = s;
+    b.set_tag(pos, static_cast<uint8_t>(h >> 32));
+    b.meta = Bucket::make(Bucket::valid(b.meta) | (1u << pos), 0, 0);
+    return true;
+  }
+  return false;
+}
+
+// §3.5: read the shard into DRAM, build a larger shard there, write it to PM sequentially,
+// persist, then publish through the descriptor (inactive set, then the version flip, in
+// the same commit as the allocation and the old shard's free). Readers keep using the old
+// shard until they leave their epoch.
+Status TurboHash::resize(uint32_t shard) {
+  ShardMirror& sm = shards_[shard];
+  uint64_t old = sm.packed.load(std::memory_order_relaxed);
+  Bucket* ob = shard_buckets(old);
+  uint64_t on = packed_count(old);
+  std::vector<Slot> live;
+  for (uint64_t i = 0; i < on; ++i) {
+    uint64_t m = ob[i].meta;
+    for (uint32_t mask = Bucket::live(m); mask; mask &= mask - 1) {
+      int pos = std::countr_zero(mask);
+      live.push_back({ob[i].slots[pos].key, ob[i].slots[pos].value});
+    }
+  }
+  std::vector<Bucket> nb;
+  uint64_t nn = on * 2;
+  for (;; nn *= 2) {
+    if (nn > kMaxShardBuckets)
+      return {Code::kPoolFull, "turbohash: shard " + std::to_string(shard) + " cannot grow further"};
+    nb.assign(nn, Bucket{});
+    bool ok = true;
+    for (const Slot& s : live)
+      if (!(ok = place(nb.data(), nn, s))) break;
+    if (ok) break;
+  }
+  pm::Reservation r = alloc_.reserve(nn * sizeof(Bucket));
+  if (!r) return {Code::kPoolFull, "pool full: cannot resize a shard to " + std::to_string(nn) +
+                                       " buckets"};
+  const pm::Persister& p = pool_.persister();
+  bool reorder = PMHASH_MUTATION(pool_, kMutationPublishBeforeWrite);
+  if (!reorder) {
+    p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
+    p.fence();
+  }
+  Descriptor& d = dir_[shard];
+  uint64_t version = d.version;
+  store_word(d.set[(version & 1) ^ 1], pack(nn, r.off));
+  p.persist(&d.set[(version & 1) ^ 1], 8);
+  pm::Tx tx(alloc_);
+  tx.publish(r);
+  tx.store(&d.version, version + 1);
+  tx.free(packed_offset(old));
+  tx.commit();
+  if (reorder) {
+    p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
+    p.fence();
+  }
+  sm.packed.store(pack(nn, r.off), std::memory_order_release);
+  ThreadStats& ts = tstats_[threads_.id()];
+  bump(ts.resizes);
+  bump(ts.moved, live.size());
+  return Status::Ok();
+}
+
+uint64_t TurboHash::size() const {
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+    const Bucket* b0 = shard_buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i)
+      total += std::popcount(Bucket::live(b0[i].load_meta()));
+  }
+  return total;
+}
+
+uint64_t TurboHash::capacity_slots() const {
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < nshards_; ++s)
+    total += packed_count(shards_[s].packed.load(std::memory_order_relaxed)) * kSlots;
+  return total;
+}
+
+uint64_t TurboHash::dram_bytes() const {
+  return nshards_ * sizeof(ShardMirror) + pm::ThreadRegistry::kMaxThreads * sizeof(ThreadStats);
+}
+
+void TurboHash::counters(std::map<std::string, double>* out) const {
+  uint64_t pr = 0, pp = 0, nr = 0, np = 0, rs = 0, mv = 0, rt = 0;
+  for (unsigned t = 0; t < threads_.high_water(); ++t) {
+    pr += tstats_[t].pos_reads.load(std::memory_order_relaxed);
+    pp += tstats_[t].pos_probes.load(std::memory_order_relaxed);
+    nr += tstats_[t].neg_reads.load(std::memory_order_relaxed);
+    np += tstats_[t].neg_probes.load(std::memory_order_relaxed);
+    rs += tstats_[t].resizes.load(std::memory_order_relaxed);
+    mv += tstats_[t].moved.load(std::memory_order_relaxed);
+    rt += tstats_[t].retries.load(std::memory_order_relaxed);
+  }
+  (*out)["probe_distance_positive"] = pr ? double(pp) / double(pr) : 0;
+  (*out)["probe_distance_negative"] = nr ? double(np) / double(nr) : 0;
+  (*out)["shard_resizes"] = double(rs);
+  (*out)["records_moved"] = double(mv);
+  (*out)["read_retries"] = double(rt);
+  (*out)["shards"] = double(nshards_);
+  (*out)["simd_avx512"] = match_ == common::tag_match_avx512 ? 1 : 0;
+}
+
+bool TurboHash::check(std::string* report) const {
+  bool ok = true;
+  auto bad = [&](const std::string& what) {
+    ok = false;
+    *report += "turbohash: " + what + "\n";
+  };
+  for (uint64_t s = 0; s < nshards_ && ok; ++s) {
+    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+    const Descriptor& d = dir_[s];
+    if (d.set[d.version & 1] != packed) bad("shard " + std::to_string(s) + ": DRAM mirror differs from PM");
+    const Bucket* b0 = shard_buckets(packed);
+    uint64_t n = packed_count(packed);
+    std::unordered_set<uint64_t> seen;  // key words (fixed) or item offsets' keys (variable)
+    std::unordered_set<std::string> seen_keys;
+    for (uint64_t i = 0; i < n; ++i) {
+      const Bucket& b = b0[i];
+      uint64_t m = b.meta;
+      std::string where = "shard " + std::to_string(s) + " bucket " + std::to_string(i);
+      if ((Bucket::valid(m) | Bucket::deleted(m)) & ~kSlotMask) bad(where + ": bits beyond slot 13");
+      if (Bucket::deleted(m) & ~Bucket::valid(m)) bad(where + ": deleted slot that is not valid");
+      if (std::popcount(Bucket::valid(m)) > kPathEndValid) bad(where + ": reserved slot used");
+      for (uint32_t mask = Bucket::live(m); mask; mask &= mask - 1) {
+        int pos = std::countr_zero(mask);
+        const Slot& sl = b.slots[pos];
+        uint64_t h = items_.slot_hash(sl.key);
+        std::string key = items_.slot_key_bytes(sl);
+        if (items_.variable()) {
+          std::string_view k;
+          if (!items_.item_key(sl.value, &k) || alloc_.block_size(sl.value) == 0) {
+            bad(where + ": slot " + std::to_string(pos) + " points to no item");
+            continue;
+          }
+          if (common::Items::hash(k) != sl.key) bad(where + ": item key does not hash to slot");
+        }
+        if (b.tag(pos) != static_cast<uint8_t>(h >> 32)) bad(where + ": tag mismatch");
+        if (common::fast_range(h >> 32, nshards_) != s) bad(where + ": key in the wrong shard");
+        if (!seen_keys.insert(key).second) bad(where + ": key stored twice");
+        // Search-path invariant: every bucket between home and here is full (no path end).
+        uint64_t idx = home(h, n), scope = std::min(scope_, n), dist = 0;
+        for (; idx != i && dist < scope; ++dist, idx = idx + 1 == n ? 0 : idx + 1)
+          if (Bucket::path_end(b0[idx].meta)) break;
+        if (idx != i) bad(where + ": item beyond its search path");
+      }
+    }
+  }
+  return ok;
+}
+
+void TurboHash::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+  fn(root_off_);
+  fn(root_->directory);
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+    fn(packed_offset(packed));
+    if (!items_.variable()) continue;
+    const Bucket* b0 = shard_buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i)
+      for (uint32_t mask = Bucket::live(b0[i].meta); mask; mask &= mask - 1)
+        fn(b0[i].slots[std::countr_zero(mask)].value);
+  }
+}
+
+void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+    const Bucket* b0 = shard_buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i)
+      for (uint32_t mask = Bucket::live(b0[i].meta); mask; mask &= mask - 1) {
+        const Slot& sl = b0[i].slots[std::countr_zero(mask)];
+        fn(Slot{sl.key, sl.value});
+      }
+  }
+}
+
+}  // namespace pmhash::turbohash
+
+namespace pmhash {
+extern const SchemeFactory kTurboHashFactory;
+const SchemeFactory kTurboHashFactory = {"turbohash", &turbohash::TurboHash::layout,
+                                         &turbohash::TurboHash::create,
+                                         &turbohash::TurboHash::open};
+}  // namespace pmhash

@@ -1,0 +1,102 @@
+// TurboHash (Zhao, Zhong, Jiang, SYSTOR '23): sharded linear probing with lock-free reads,
+// near-place updates and per-shard resizing. docs/schemes/turbohash.md maps the paper to
+// this code.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "common/tag_match.hpp"
+#include "index/scheme.hpp"
+#include "index/turbohash/bucket.hpp"
+
+namespace pmhash::turbohash {
+
+// PM root object (64 B).
+struct Root {
+  uint64_t magic;      // kRootMagic
+  uint64_t nshards;
+  uint64_t scope;      // probing scope in buckets (MAX_DISTANCE)
+  uint64_t directory;  // offset of nshards Descriptors
+  uint64_t reserved[4];
+};
+inline constexpr uint64_t kRootMagic = 0x4853'4842'5254'5554ull;  // "TURBHSH"
+
+// Shard descriptor in PM (§3.1): two {bucket count, shard offset} sets, each packed into one
+// word (count << 44 | offset), and a version whose low bit names the live set. A resize
+// writes the inactive set, persists it, then flips the version with one 8-byte store.
+struct Descriptor {
+  uint64_t set[2];
+  uint64_t version;
+  uint64_t reserved;
+};
+static_assert(sizeof(Descriptor) == 32);
+
+// Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
+inline constexpr uint64_t kMutationSkipSlotFlush = 1;       // publish a slot never flushed
+inline constexpr uint64_t kMutationPublishBeforeWrite = 2;  // resize: publish, then write
+
+inline constexpr int kCountShift = 44;
+inline uint64_t pack(uint64_t buckets, uint64_t off) { return (buckets << kCountShift) | off; }
+inline uint64_t packed_count(uint64_t p) { return p >> kCountShift; }
+inline uint64_t packed_offset(uint64_t p) { return p & ((uint64_t{1} << kCountShift) - 1); }
+inline constexpr uint64_t kMaxShardBuckets = (uint64_t{1} << (64 - kCountShift)) - 1;
+
+class TurboHash final : public Scheme {
+ public:
+  TurboHash(SchemeContext& ctx, uint64_t root_off);
+  static Status layout(const Options& o, common::Params* layout);
+  static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
+  static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+
+  Status put(std::string_view key, std::string_view value, PutMode mode) override;
+  Status get(std::string_view key, std::string* value) override;
+  Status remove(std::string_view key) override;
+  uint64_t size() const override;
+  uint64_t capacity_slots() const override;
+  uint64_t dram_bytes() const override;
+  void counters(std::map<std::string, double>* out) const override;
+  bool check(std::string* report) const override;
+  void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
+  void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+
+ private:
+  // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1).
+  struct alignas(64) ShardMirror {
+    std::atomic<uint64_t> packed{0};
+    std::mutex write_lock;
+  };
+  struct alignas(64) ThreadStats {
+    std::atomic<uint64_t> pos_reads{0}, pos_probes{0}, neg_reads{0}, neg_probes{0};
+    std::atomic<uint64_t> resizes{0}, moved{0}, retries{0};
+  };
+  struct Hashed {
+    uint64_t h, kw;
+    uint32_t shard;
+    uint8_t tag;
+  };
+  Hashed hashed(std::string_view key) const;
+  Bucket* shard_buckets(uint64_t packed) const { return pool_.ptr<Bucket>(packed_offset(packed)); }
+  uint64_t home(uint64_t h, uint64_t n) const { return common::fast_range(uint32_t(h), n); }
+  Status resize(uint32_t shard);  // §3.5, caller holds the shard's write lock
+  bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
+  static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
+    c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
+
+  pm::Pool& pool_;
+  pm::Allocator& alloc_;
+  pm::Epochs& epochs_;
+  pm::ThreadRegistry& threads_;
+  const common::Items& items_;
+  uint64_t root_off_;
+  Root* root_;
+  Descriptor* dir_;
+  uint64_t nshards_, scope_;
+  common::TagMatchFn match_;
+  std::unique_ptr<ShardMirror[]> shards_;
+  std::unique_ptr<ThreadStats[]> tstats_;
+};
+
+}  // namespace pmhash::turbohash

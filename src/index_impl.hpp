@@ -1,0 +1,50 @@
+// The object behind pmhash::Index: one pool, its allocator, epochs and one scheme instance.
+// Everything an index needs lives here (no global singletons), so a process can hold many.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/items.hpp"
+#include "index/scheme.hpp"
+#include "pm/allocator.hpp"
+#include "pm/epoch.hpp"
+#include "pm/pool.hpp"
+#include "pm/threads.hpp"
+#include "pmhash/index.hpp"
+
+namespace pmhash {
+
+// Test-only knobs for opening (the crash simulator's hook, fault injection).
+struct OpenHooks {
+  pm::PersistHook* persist_hook = nullptr;
+  uint64_t mutations = 0;
+  uint64_t chunk_size = 0;  // 0: default; small pools for crash tests use smaller chunks
+};
+
+Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
+                  std::unique_ptr<Index>* out);
+
+class IndexImpl {
+ public:
+  // Member order is destruction order reversed: the scheme goes first, then pending epoch
+  // callbacks (which release blocks to the allocator), then the allocator, then the pool.
+  std::unique_ptr<pm::Pool> pool;
+  std::shared_ptr<pm::ThreadRegistry> threads;
+  std::unique_ptr<pm::Allocator> alloc;
+  std::unique_ptr<common::Items> items;
+  std::unique_ptr<pm::Epochs> epochs;
+  std::unique_ptr<Scheme> scheme;
+  Options options;
+  bool closed = false;
+  bool recovered = false;
+  double open_ms = 0;
+
+  Status check_key(std::string_view key) const;
+  Status check_value(std::string_view value) const;
+  // Scheme check + allocated == reachable.
+  bool check(std::string* report) const;
+  void close();
+};
+
+}  // namespace pmhash

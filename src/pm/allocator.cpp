@@ -1,0 +1,373 @@
+#include "pm/allocator.hpp"
+
+#include <xxhash.h>
+
+#include <bit>
+#include <cassert>
+#include <cstring>
+
+namespace pmhash::pm {
+
+struct Allocator::Slab {
+  uint32_t cls = 0;
+  uint64_t nblocks = 0;
+  uint64_t nfree = 0;
+  std::vector<uint64_t> used;  // DRAM: allocated, reserved, or freed but not yet released
+};
+
+struct Allocator::SizeClass {
+  std::mutex mu;
+  std::vector<uint64_t> partial;  // chunks of slabs that may have a free block
+};
+
+namespace {
+
+// Lane redo log: word 0 = count (low 8 bits) | checksum (high 56 bits); then count entries
+// of two words: (offset | op) and value.
+uint64_t lane_header(const uint64_t* entries, int n) {
+  uint64_t sum = XXH3_64bits_withSeed(entries, static_cast<size_t>(n) * 16, n);
+  return (sum & ~uint64_t{0xFF}) | static_cast<uint64_t>(n);
+}
+
+void apply_op(const Pool& pool, uint64_t off, uint64_t op, uint64_t value) {
+  std::atomic_ref<uint64_t> w(*pool.ptr<uint64_t>(off));
+  switch (op) {
+    case 1: w.store(value, std::memory_order_release); break;
+    case 2: w.fetch_or(value, std::memory_order_acq_rel); break;
+    case 3: w.fetch_and(~value, std::memory_order_acq_rel); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+Allocator::Allocator(Pool& pool) : pool_(pool) {
+  const PoolHeader& h = pool.header();
+  chunk_ = h.chunk_size;
+  nchunks_ = h.nchunks;
+  heap_off_ = h.heap_offset;
+  table_off_ = h.chunk_table_offset;
+  bitmap_off_ = h.bitmap_offset;
+  lanes_off_ = h.lanes_offset;
+  nclasses_ = std::countr_zero(chunk_ / 2 / kMinBlock) + 1;
+  classes_ = std::make_unique<SizeClass[]>(nclasses_);
+  slabs_.resize(nchunks_);
+  chunk_busy_.assign(nchunks_, 0);
+  run_len_.assign(nchunks_, 0);
+  lane_busy_ = std::make_unique<std::atomic<bool>[]>(kLanes);
+}
+
+Allocator::~Allocator() = default;
+
+int Allocator::size_class(uint64_t size) const {
+  if (size <= kMinBlock) return 0;
+  int c = 64 - std::countl_zero((size - 1) / kMinBlock);  // ceil(log2(size/64))
+  return c < nclasses_ ? c : -1;
+}
+
+void Allocator::recover(bool format) {
+  replay_lanes();
+  if (format) {
+    for (uint64_t c = 0; c < nchunks_; ++c) {
+      uint64_t* w = chunk_word(c);
+      if (*w == kChunkFree) continue;
+      if ((*w & 0xFF) == kChunkSlab) {
+        char* bm = pool_.ptr<char>(bitmap_off_ + c * (chunk_ / 512));
+        std::memset(bm, 0, chunk_ / 512);
+        pool_.persister().flush(bm, chunk_ / 512);
+      }
+      *w = kChunkFree;
+      pool_.persister().flush(w, 8);
+    }
+    pool_.persister().fence();
+  }
+  build_dram_state();
+}
+
+void Allocator::replay_lanes() {
+  for (uint64_t l = 0; l < kLanes; ++l) {
+    auto* lane = pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
+    uint64_t hdr = lane[0];
+    if (hdr == 0) continue;
+    int n = static_cast<int>(hdr & 0xFF);
+    if (n >= 1 && n <= Tx::kMaxOps && lane_header(lane + 1, n) == hdr) {
+      for (int i = 0; i < n; ++i) {
+        uint64_t off = lane[1 + 2 * i] & ~uint64_t{7};
+        uint64_t op = lane[1 + 2 * i] & 7;
+        if (pool_.contains(off, 8)) {
+          apply_op(pool_, off, op, lane[2 + 2 * i]);
+          pool_.persister().flush(pool_.ptr<char>(off), 8);
+        }
+      }
+      pool_.persister().fence();
+    }
+    lane[0] = 0;  // a torn log never started applying: discard it
+    pool_.persister().persist(lane, 8);
+  }
+}
+
+void Allocator::build_dram_state() {
+  uint64_t bytes = 0;
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    uint64_t w = *chunk_word(c);
+    uint64_t type = w & 0xFF, value = w >> 8;
+    if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
+      for (uint64_t i = 0; i < value; ++i) chunk_busy_[c + i] = 1;
+      run_len_[c] = value;
+      bytes += value * chunk_;
+      c += value - 1;
+    } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
+      auto s = std::make_unique<Slab>();
+      s->cls = static_cast<uint32_t>(value);
+      s->nblocks = chunk_ / (kMinBlock << value);
+      s->used.assign((s->nblocks + 63) / 64, 0);
+      const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+      uint64_t used = 0;
+      for (size_t i = 0; i < s->used.size(); ++i) {
+        uint64_t valid_mask = (i + 1) * 64 <= s->nblocks ? ~uint64_t{0}
+                                                          : (uint64_t{1} << (s->nblocks % 64)) - 1;
+        s->used[i] = bm[i] & valid_mask;
+        used += std::popcount(s->used[i]);
+      }
+      s->nfree = s->nblocks - used;
+      bytes += used * (kMinBlock << value);
+      chunk_busy_[c] = 1;
+      if (s->nfree > 0) classes_[value].partial.push_back(c);
+      slabs_[c] = std::move(s);
+    } else if (w != kChunkFree) {
+      chunk_busy_[c] = 1;  // unknown word: never hand it out (check() reports it)
+    }
+  }
+  allocated_bytes_.store(bytes);
+}
+
+bool Allocator::take_chunks(uint64_t n, uint64_t* first) {
+  if (n == 0 || n > nchunks_) return false;
+  for (uint64_t pass = 0; pass < 2; ++pass) {
+    uint64_t start = pass == 0 ? chunk_hint_ : 0;
+    uint64_t run = 0;
+    for (uint64_t c = start; c < nchunks_; ++c) {
+      run = chunk_busy_[c] ? 0 : run + 1;
+      if (run == n) {
+        *first = c + 1 - n;
+        for (uint64_t i = 0; i < n; ++i) chunk_busy_[*first + i] = 1;
+        run_len_[*first] = n;
+        chunk_hint_ = c + 1 < nchunks_ ? c + 1 : 0;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+Reservation Allocator::reserve(uint64_t size) {
+  int cls = size_class(size);
+  if (cls < 0) {
+    uint64_t n = (size + chunk_ - 1) / chunk_, first = 0;
+    std::lock_guard<std::mutex> g(chunk_mu_);
+    if (!take_chunks(n, &first)) return {};
+    return {chunk_off(first), n * chunk_};
+  }
+  SizeClass& sc = classes_[cls];
+  uint64_t bsize = kMinBlock << cls;
+  std::lock_guard<std::mutex> g(sc.mu);
+  while (true) {
+    if (sc.partial.empty()) {
+      uint64_t c = 0;
+      {
+        std::lock_guard<std::mutex> cg(chunk_mu_);
+        if (!take_chunks(1, &c)) return {};
+        run_len_[c] = 0;  // a slab, not a run
+      }
+      // The slab's type is persisted eagerly: an empty slab is not a leak, just free space.
+      std::atomic_ref<uint64_t>(*chunk_word(c)).store(kChunkSlab | (uint64_t(cls) << 8));
+      pool_.persister().persist(chunk_word(c), 8);
+      auto s = std::make_unique<Slab>();
+      s->cls = static_cast<uint32_t>(cls);
+      s->nblocks = chunk_ / bsize;
+      s->nfree = s->nblocks;
+      s->used.assign((s->nblocks + 63) / 64, 0);
+      slabs_[c] = std::move(s);
+      sc.partial.push_back(c);
+    }
+    uint64_t c = sc.partial.back();
+    Slab& s = *slabs_[c];
+    if (s.nfree == 0) {
+      sc.partial.pop_back();
+      continue;
+    }
+    for (size_t i = 0; i < s.used.size(); ++i) {
+      uint64_t free_bits = ~s.used[i];
+      if (i * 64 + 64 > s.nblocks) free_bits &= (uint64_t{1} << (s.nblocks % 64)) - 1;
+      if (free_bits == 0) continue;
+      uint64_t b = i * 64 + std::countr_zero(free_bits);
+      s.used[i] |= uint64_t{1} << (b % 64);
+      s.nfree--;
+      return {chunk_off(c) + b * bsize, bsize};
+    }
+    s.nfree = 0;  // unreachable if counts are right; keeps the loop finite
+  }
+}
+
+void Allocator::release(uint64_t off) {
+  uint64_t c = chunk_of(off);
+  if (Slab* s = slabs_[c].get()) {
+    std::lock_guard<std::mutex> g(classes_[s->cls].mu);
+    uint64_t b = (off - chunk_off(c)) / (kMinBlock << s->cls);
+    uint64_t mask = uint64_t{1} << (b % 64);
+    if (s->used[b / 64] & mask) {
+      s->used[b / 64] &= ~mask;
+      if (s->nfree++ == 0) classes_[s->cls].partial.push_back(c);
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> g(chunk_mu_);
+  uint64_t n = run_len_[c];  // the persistent word is already cleared; DRAM kept the length
+  for (uint64_t i = 0; i < n; ++i) chunk_busy_[c + i] = 0;
+  run_len_[c] = 0;
+}
+
+void Allocator::cancel(const Reservation& r) {
+  if (r) release(r.off);
+}
+
+void Allocator::publish_unlogged(const Reservation& r) {
+  uint64_t c = chunk_of(r.off);
+  if (r.size >= chunk_) {
+    std::atomic_ref<uint64_t>(*chunk_word(c)).store(kChunkLarge | ((r.size / chunk_) << 8));
+    pool_.persister().flush(chunk_word(c), 8);
+  } else {
+    uint64_t b = (r.off - chunk_off(c)) / r.size;
+    uint64_t woff = bitmap_word_off(c, b);
+    apply_op(pool_, woff, 2, uint64_t{1} << (b % 64));
+    pool_.persister().flush(pool_.ptr<char>(woff), 8);
+  }
+  allocated_bytes_.fetch_add(r.size, std::memory_order_relaxed);
+}
+
+uint64_t Allocator::block_size(uint64_t off) const {
+  if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return 0;
+  uint64_t c = chunk_of(off);
+  uint64_t w = std::atomic_ref<uint64_t>(*chunk_word(c)).load(std::memory_order_acquire);
+  if ((w & 0xFF) == kChunkLarge) return off == chunk_off(c) ? (w >> 8) * chunk_ : 0;
+  if ((w & 0xFF) != kChunkSlab || (w >> 8) >= static_cast<uint64_t>(nclasses_)) return 0;
+  uint64_t bsize = kMinBlock << (w >> 8);
+  if ((off - chunk_off(c)) % bsize != 0) return 0;
+  uint64_t b = (off - chunk_off(c)) / bsize;
+  uint64_t bits =
+      std::atomic_ref<uint64_t>(*pool_.ptr<uint64_t>(bitmap_word_off(c, b))).load();
+  return (bits >> (b % 64)) & 1 ? bsize : 0;
+}
+
+void Allocator::for_each_allocated(
+    const std::function<void(uint64_t off, uint64_t size)>& fn) const {
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    uint64_t w = *chunk_word(c);
+    uint64_t type = w & 0xFF, value = w >> 8;
+    if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
+      fn(chunk_off(c), value * chunk_);
+      c += value - 1;
+    } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
+      uint64_t bsize = kMinBlock << value, nblocks = chunk_ / bsize;
+      const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+      for (uint64_t b = 0; b < nblocks; ++b)
+        if ((bm[b / 64] >> (b % 64)) & 1) fn(chunk_off(c) + b * bsize, bsize);
+    } else if (w != kChunkFree) {
+      fn(chunk_off(c), ~uint64_t{0});  // garbage word: reported as an odd allocation
+    }
+  }
+}
+
+// ---- Tx ----
+
+void Tx::add(uint64_t off, Op op, uint64_t value) {
+  assert(n_ < kMaxOps);
+  ops_[n_][0] = off | op;
+  ops_[n_][1] = value;
+  ++n_;
+}
+
+void Tx::store(uint64_t* word, uint64_t value) { add(a_.pool_.offset(word), kStore, value); }
+
+void Tx::publish(const Reservation& r) {
+  uint64_t c = a_.chunk_of(r.off);
+  if (r.size >= a_.chunk_) {
+    add(a_.table_off_ + c * 8, kStore, kChunkLarge | ((r.size / a_.chunk_) << 8));
+  } else {
+    uint64_t b = (r.off - a_.chunk_off(c)) / r.size;
+    add(a_.bitmap_word_off(c, b), kSetBits, uint64_t{1} << (b % 64));
+  }
+  bytes_delta_ += static_cast<int64_t>(r.size);
+}
+
+void Tx::free(uint64_t off) {
+  uint64_t size = a_.block_size(off);
+  if (size == 0) return;  // not allocated: nothing to do (check() would report the caller)
+  uint64_t c = a_.chunk_of(off);
+  if (size >= a_.chunk_) {
+    add(a_.table_off_ + c * 8, kStore, kChunkFree);
+  } else {
+    uint64_t b = (off - a_.chunk_off(c)) / size;
+    add(a_.bitmap_word_off(c, b), kClearBits, uint64_t{1} << (b % 64));
+  }
+  assert(nfreed_ < 4);
+  freed_[nfreed_++] = off;
+  bytes_delta_ -= static_cast<int64_t>(size);
+}
+
+void Tx::apply_one(uint64_t off, Op op, uint64_t value) const { apply_op(a_.pool_, off, op, value); }
+
+void Tx::commit() {
+  const Persister& p = a_.pool_.persister();
+  if (n_ == 0) return;
+  if (n_ == 1 && (ops_[0][0] & 7) == kStore && bytes_delta_ == 0) {
+    // A single 8-byte store is failure-atomic by itself: no log needed.
+    uint64_t off = ops_[0][0] & ~uint64_t{7};
+    apply_one(off, kStore, ops_[0][1]);
+    p.persist(a_.pool_.ptr<char>(off), 8);
+    return;
+  }
+  thread_local uint64_t lane_hint = std::hash<const void*>{}(&lane_hint) / 64;
+  uint64_t l = lane_hint % kLanes;
+  for (bool expected = false;
+       !a_.lane_busy_[l].compare_exchange_weak(expected, true, std::memory_order_acquire);
+       expected = false)
+    l = (l + 1) % kLanes;
+  lane_hint = l;
+  auto* lane = a_.pool_.ptr<uint64_t>(a_.lanes_off_ + l * kLaneBytes);
+  std::memcpy(lane + 1, ops_, static_cast<size_t>(n_) * 16);
+  std::atomic_ref<uint64_t>(lane[0]).store(lane_header(lane + 1, n_), std::memory_order_release);
+  p.persist(lane, 8 + static_cast<size_t>(n_) * 16);
+  // Apply everything, then flush each distinct line once: a line flushed before a later
+  // op changes it again would persist only the earlier content.
+  for (int i = 0; i < n_; ++i)
+    apply_one(ops_[i][0] & ~uint64_t{7}, static_cast<Op>(ops_[i][0] & 7), ops_[i][1]);
+  uint64_t flushed[kMaxOps];
+  int nflushed = 0;
+  for (int i = 0; i < n_; ++i) {
+    uint64_t line = ops_[i][0] & ~uint64_t{kCacheLine - 1};
+    bool dup = false;
+    for (int j = 0; j < nflushed; ++j) dup |= flushed[j] == line;
+    if (dup) continue;
+    flushed[nflushed++] = line;
+    p.flush(a_.pool_.ptr<char>(line), kCacheLine);
+  }
+  p.fence();
+  // Cleared and fenced before the lane (and the caller's lock) is let go: a stale log
+  // replayed after another thread changed the same words would undo that change.
+  std::atomic_ref<uint64_t>(lane[0]).store(0, std::memory_order_release);
+  p.persist(lane, 8);
+  a_.lane_busy_[l].store(false, std::memory_order_release);
+  a_.allocated_bytes_.fetch_add(static_cast<uint64_t>(bytes_delta_), std::memory_order_relaxed);
+  for (int i = 0; i < nfreed_; ++i) {
+    if (a_.on_free)
+      a_.on_free(freed_[i]);
+    else
+      a_.release(freed_[i]);
+  }
+  n_ = 0;
+  nfreed_ = 0;
+  bytes_delta_ = 0;
+}
+
+}  // namespace pmhash::pm

@@ -1,0 +1,119 @@
+// Crash-consistent, leak-free allocator inside the pool.
+//
+// Heap: nchunks chunks. Each chunk's 8-byte word in the chunk table says what it is:
+//
+//   bits  63 ........ 8 | 7 .. 0
+//         value         | type     type 0 free; 1 large run (value = chunks in the run,
+//                                  on its first chunk only); 2 slab (value = size class)
+//
+// Objects up to chunk_size/2 live in slabs of power-of-two blocks (64 B .. chunk/2); each
+// slab has a persistent bitmap (one bit per block). Larger objects take whole chunks.
+//
+// Protocol (as PMDK's reserve/publish): reserve() changes only DRAM state, so a crash before
+// publishing leaks nothing. The caller fills and flushes the object, then a Tx makes the
+// allocation persistent *together with* the 8-byte store that publishes it (and any frees),
+// through a per-lane redo log: write log + checksum, fence, apply, fence, clear, fence.
+// Recovery replays a valid log (idempotently) and discards a torn one. A freed block is
+// persistently free at once; its DRAM reuse waits for an epoch grace period (release()).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "pm/pool.hpp"
+
+namespace pmhash::pm {
+
+struct Reservation {
+  uint64_t off = 0;
+  uint64_t size = 0;  // bytes actually reserved (block or run size)
+  explicit operator bool() const { return off != 0; }
+};
+
+inline constexpr uint64_t kChunkFree = 0, kChunkLarge = 1, kChunkSlab = 2;
+inline constexpr uint64_t kMinBlock = 64;
+
+class Allocator {
+ public:
+  explicit Allocator(Pool& pool);
+  ~Allocator();
+
+  // Opening: finish or discard unfinished lane logs, then build DRAM state from the chunk
+  // table and slab bitmaps. With `format`, first make every chunk free (used when a crash
+  // interrupted pool creation: nothing was reachable yet).
+  void recover(bool format);
+
+  Reservation reserve(uint64_t size);      // empty Reservation when the pool is full
+  void cancel(const Reservation& r);       // give back an unpublished reservation
+  // Marks r allocated without a log. Only for objects nothing reachable points to yet and
+  // whose loss a crash may not care about (pool creation); the caller fences.
+  void publish_unlogged(const Reservation& r);
+  // DRAM reuse of a block a committed Tx freed; call after the epoch grace period.
+  void release(uint64_t off);
+
+  // Where the DRAM reuse of freed blocks is deferred to (epoch-based reclamation).
+  std::function<void(uint64_t off)> on_free;
+
+  uint64_t block_size(uint64_t off) const;   // 0 if off is not the start of a live object
+  void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
+  uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  uint64_t heap_bytes() const { return nchunks_ * chunk_; }
+  Pool& pool() const { return pool_; }
+
+ private:
+  friend class Tx;
+  struct Slab;
+  struct SizeClass;
+
+  int size_class(uint64_t size) const;  // -1: needs whole chunks
+  uint64_t* chunk_word(uint64_t c) const { return pool_.ptr<uint64_t>(table_off_ + c * 8); }
+  uint64_t bitmap_word_off(uint64_t c, uint64_t block) const {
+    return bitmap_off_ + c * (chunk_ / 512) + (block / 64) * 8;
+  }
+  uint64_t chunk_of(uint64_t off) const { return (off - heap_off_) / chunk_; }
+  uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
+  bool take_chunks(uint64_t n, uint64_t* first);  // DRAM, under chunk_mu_
+  void replay_lanes();
+  void build_dram_state();
+
+  Pool& pool_;
+  uint64_t chunk_, nchunks_, heap_off_, table_off_, bitmap_off_, lanes_off_;
+  int nclasses_;
+  std::mutex chunk_mu_;
+  std::vector<uint8_t> chunk_busy_;  // DRAM: chunk in use (run, slab, or reserved)
+  std::vector<uint64_t> run_len_;    // DRAM: chunks in the run starting here (0: none)
+  uint64_t chunk_hint_ = 0;
+  std::unique_ptr<SizeClass[]> classes_;
+  std::vector<std::unique_ptr<Slab>> slabs_;  // by chunk; set under the class lock
+  std::atomic<uint64_t> allocated_bytes_{0};
+  std::unique_ptr<std::atomic<bool>[]> lane_busy_;
+};
+
+// One failure-atomic group of 8-byte stores, allocations and frees (at most kMaxOps).
+class Tx {
+ public:
+  static constexpr int kMaxOps = 15;
+  explicit Tx(Allocator& a) : a_(a) {}
+  void store(uint64_t* word, uint64_t value);
+  void publish(const Reservation& r);
+  void free(uint64_t off);  // the DRAM reuse goes through Allocator::on_free after commit
+  void commit();
+
+ private:
+  enum Op : uint64_t { kStore = 1, kSetBits = 2, kClearBits = 3 };
+  void add(uint64_t off, Op op, uint64_t value);
+  void apply_one(uint64_t off, Op op, uint64_t value) const;
+
+  Allocator& a_;
+  uint64_t ops_[kMaxOps][2];
+  int n_ = 0;
+  uint64_t freed_[4];
+  int nfreed_ = 0;
+  int64_t bytes_delta_ = 0;
+};
+
+}  // namespace pmhash::pm

@@ -1,0 +1,140 @@
+// The pool file: one index per pool. Everything inside is addressed by 8-byte offsets from
+// the pool's base, never by raw pointers, so a pool maps at any address.
+//
+// On-media layout (offsets in bytes):
+//
+//   0      PoolHeader (256 B, immutable after creation, checksummed)
+//   512    MutableHeader: clean_shutdown (8 B), root (8 B) — each changed by one 8-byte store
+//   4096   lanes: kLanes x 256 B redo logs of the allocator (pm/allocator.hpp)
+//   ...    chunk table: one 8-byte word per heap chunk (free / large run / slab of a class)
+//   ...    slab bitmaps: chunk_size/512 bytes per chunk, one bit per 64-byte block
+//   heap   chunk-aligned; nchunks chunks of chunk_size bytes
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pm/persist.hpp"
+#include "pmhash/options.hpp"
+#include "pmhash/status.hpp"
+
+struct pmem2_map;
+struct pmem2_source;
+
+namespace pmhash::pm {
+
+inline constexpr char kPoolMagic[8] = {'P', 'M', 'H', 'A', 'S', 'H', 'P', 'L'};
+inline constexpr uint32_t kPoolFormatVersion = 1;
+inline constexpr uint64_t kHeaderRegion = 4096;
+inline constexpr uint64_t kLanes = 64;
+inline constexpr uint64_t kLaneBytes = 256;
+
+//  0 magic[8] | 8 format_version u32 | 12 header_size u32 | 16 scheme[16] |
+// 32 key_format u32 | 36 reserved u32 | 40 uuid[16] | 56 pool_size | 64 chunk_size |
+// 72 heap_offset | 80 nchunks | 88 chunk_table_offset | 96 bitmap_offset |
+// 104 lanes_offset | 112 nlanes | 120 params[128] (scheme layout, "k=v;k=v") | 248 checksum
+struct PoolHeader {
+  char magic[8];
+  uint32_t format_version;
+  uint32_t header_size;
+  char scheme[16];
+  uint32_t key_format;
+  uint32_t reserved;
+  uint8_t uuid[16];
+  uint64_t pool_size;
+  uint64_t chunk_size;
+  uint64_t heap_offset;
+  uint64_t nchunks;
+  uint64_t chunk_table_offset;
+  uint64_t bitmap_offset;
+  uint64_t lanes_offset;
+  uint64_t nlanes;
+  char params[128];
+  uint64_t checksum;  // XXH3-64 of the 248 bytes before it
+};
+static_assert(sizeof(PoolHeader) == 256);
+
+inline constexpr uint64_t kMutableHeaderOffset = 512;
+struct MutableHeader {
+  uint64_t clean_shutdown;  // 1 after a clean close; 0 while open
+  uint64_t root;            // offset of the scheme's root object; 0 until created
+};
+
+uint64_t header_checksum(const PoolHeader& h);
+
+struct PoolArgs {
+  std::string scheme;       // empty: accept any scheme (tools)
+  Format format = Format::kFixed;
+  bool any_format = false;  // tools: accept either format
+  Mode mode = Mode::kAuto;
+  uint32_t delay_ns = 0;
+  bool create = false;
+  uint64_t pool_size = 1ull << 30;
+  uint64_t chunk_size = 1ull << 20;
+  std::string params;       // scheme layout parameters recorded at creation
+  PersistHook* hook = nullptr;
+};
+
+class Pool {
+ public:
+  static Status open(const std::string& path, const PoolArgs& args, std::unique_ptr<Pool>* out);
+  ~Pool();
+
+  char* base() const { return base_; }
+  uint64_t size() const { return size_; }
+  const PoolHeader& header() const { return *reinterpret_cast<const PoolHeader*>(base_); }
+  MutableHeader& mutable_header() const {
+    return *reinterpret_cast<MutableHeader*>(base_ + kMutableHeaderOffset);
+  }
+  template <class T>
+  T* ptr(uint64_t off) const {
+    return reinterpret_cast<T*>(base_ + off);
+  }
+  uint64_t offset(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+  }
+  bool contains(uint64_t off, uint64_t len) const { return off <= size_ && len <= size_ - off; }
+
+  const Persister& persister() const { return persister_; }
+  Persister& persister() { return persister_; }
+  Mode mode() const { return mode_; }
+  Format format() const { return static_cast<Format>(header().key_format); }
+  std::string scheme() const;
+  std::string params() const;
+  const std::string& path() const { return path_; }
+
+  bool was_clean() const { return was_clean_; }    // clean flag found at open
+  bool created() const { return created_; }        // this open created the pool
+  uint64_t root() const;
+  void set_clean(bool clean);                      // 8-byte store + persist
+
+  // Test-only fault injection ("mutations") used to prove the crash harness has teeth.
+  uint64_t mutations = 0;
+
+ private:
+  Pool() = default;
+  Status map(const PoolArgs& args);
+  Status create_layout(const PoolArgs& args);
+
+  std::string path_;
+  int fd_ = -1;
+  pmem2_source* source_ = nullptr;
+  pmem2_map* map_ = nullptr;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  Mode mode_ = Mode::kAuto;
+  Persister persister_;
+  bool was_clean_ = false;
+  bool created_ = false;
+};
+
+// A mutation is active when its bit is set in Pool::mutations. Compiled out without hooks.
+#ifdef PMHASH_CRASH_HOOKS
+#define PMHASH_MUTATION(pool, bit) (((pool).mutations & (bit)) != 0)
+#else
+#define PMHASH_MUTATION(pool, bit) false
+#endif
+
+}  // namespace pmhash::pm

@@ -1,0 +1,19 @@
+// Scheme name -> factory: the only place that knows all schemes.
+#include "index/scheme.hpp"
+
+namespace pmhash {
+
+extern const SchemeFactory kTurboHashFactory;
+
+const std::vector<const SchemeFactory*>& all_schemes() {
+  static const std::vector<const SchemeFactory*> v = {&kTurboHashFactory};
+  return v;
+}
+
+const SchemeFactory* find_scheme(const std::string& name) {
+  for (auto* f : all_schemes())
+    if (name == f->name) return f;
+  return nullptr;
+}
+
+}  // namespace pmhash

@@ -1,0 +1,363 @@
+#include "crash_sim.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <random>
+
+#include "index_impl.hpp"
+#include "model.hpp"
+
+namespace pmhash::testing {
+
+std::string temp_pool_path(const std::string& tag) {
+  static std::atomic<int> n{0};
+  return "/dev/shm/pmhash-test-" + std::to_string(getpid()) + "-" + tag + "-" +
+         std::to_string(n.fetch_add(1)) + ".pool";
+}
+
+// ---- CrashSim ----
+
+void CrashSim::on_map(char* base, size_t size) {
+  base_ = base;
+  size_ = size;
+  image_.assign(base, base + size);  // what is in the file is persisted
+  pending_.clear();
+}
+
+void CrashSim::on_flush(const void* addr, size_t len) {
+  if (base_ == nullptr) return;
+  uint64_t start = static_cast<uint64_t>(static_cast<const char*>(addr) - base_);
+  for (uint64_t line = start / 64; line * 64 < start + len; ++line) {
+    std::array<char, 64> c;
+    std::memcpy(c.data(), base_ + line * 64, 64);
+    pending_[line] = c;
+  }
+}
+
+void CrashSim::on_fence() {
+  if (base_ == nullptr) return;
+  ++fences_;
+  if (at_crash_point && !in_callback_) {
+    in_callback_ = true;
+    at_crash_point();
+    in_callback_ = false;
+  }
+  for (auto& [line, c] : pending_) std::memcpy(image_.data() + line * 64, c.data(), 64);
+  pending_.clear();
+}
+
+const std::vector<CrashSim::Dirty>& CrashSim::dirty() {
+  if (dirty_at_ == fences_) return dirty_;
+  dirty_.clear();
+  for (uint64_t line = 0; line < size_ / 64; ++line) {
+    auto p = pending_.find(line);
+    const char* work = base_ + line * 64;
+    const char* img = image_.data() + line * 64;
+    if (p == pending_.end() && std::memcmp(work, img, 64) == 0) continue;
+    for (int w = 0; w < 8; ++w) {
+      Dirty d{};
+      d.word = line * 8 + w;
+      std::memcpy(&d.old_value, img + w * 8, 8);
+      std::memcpy(&d.new_value, work + w * 8, 8);
+      if (p != pending_.end()) {
+        std::memcpy(&d.flushed_value, p->second.data() + w * 8, 8);
+        d.has_flushed = d.flushed_value != d.old_value && d.flushed_value != d.new_value;
+      }
+      if (d.old_value != d.new_value || d.has_flushed) dirty_.push_back(d);
+    }
+  }
+  dirty_at_ = fences_;
+  return dirty_;
+}
+
+void CrashSim::make_image(Mix mix, uint64_t seed, std::vector<char>* out) {
+  const auto& ds = dirty();
+  out->assign(image_.begin(), image_.end());
+  std::mt19937_64 rng(seed);
+  uint64_t line = ~uint64_t{0};
+  int line_choice = 0;
+  for (const Dirty& d : ds) {
+    int choice;  // 0 old, 1 new, 2 flushed
+    switch (mix) {
+      case Mix::kAllOld: choice = 0; break;
+      case Mix::kAllNew: choice = 1; break;
+      case Mix::kPerLine:
+        if (d.word / 8 != line) {
+          line = d.word / 8;
+          line_choice = static_cast<int>(rng() % 3);
+        }
+        choice = line_choice;
+        break;
+      default: choice = static_cast<int>(rng() % 3); break;
+    }
+    if (choice == 2 && !d.has_flushed) choice = 1;
+    uint64_t v = choice == 0 ? d.old_value : choice == 1 ? d.new_value : d.flushed_value;
+    std::memcpy(out->data() + d.word * 8, &v, 8);
+  }
+}
+
+// ---- the harness ----
+
+namespace {
+
+enum class OpKind { kInsert, kUpsert, kUpdate, kRemove, kGet };
+
+struct Op {
+  OpKind kind;
+  std::string key, value;
+};
+
+Code apply(Model& m, const Op& op) {
+  std::string v;
+  switch (op.kind) {
+    case OpKind::kInsert: return m.insert(op.key, op.value);
+    case OpKind::kUpsert: return m.upsert(op.key, op.value);
+    case OpKind::kUpdate: return m.update(op.key, op.value);
+    case OpKind::kRemove: return m.remove(op.key);
+    case OpKind::kGet: return m.get(op.key, &v);
+  }
+  return Code::kOk;
+}
+
+Code apply(Index& idx, const Op& op, std::string* got) {
+  switch (op.kind) {
+    case OpKind::kInsert: return idx.insert(op.key, op.value).code();
+    case OpKind::kUpsert: return idx.upsert(op.key, op.value).code();
+    case OpKind::kUpdate: return idx.update(op.key, op.value).code();
+    case OpKind::kRemove: return idx.remove(op.key).code();
+    case OpKind::kGet: return idx.get(op.key, got).code();
+  }
+  return Code::kOk;
+}
+
+class OpGen {
+ public:
+  OpGen(uint64_t seed, int keys, bool fixed) : rng_(seed), keys_(keys), fixed_(fixed) {}
+  Op next(int ramp_until, int i) {
+    Op op;
+    uint64_t k = rng_() % keys_;
+    int r = static_cast<int>(rng_() % 100);
+    if (i < ramp_until) r = 0;  // fill first, so tables grow (and resize)
+    op.kind = r < 40   ? OpKind::kInsert
+              : r < 60 ? OpKind::kUpsert
+              : r < 70 ? OpKind::kUpdate
+              : r < 88 ? OpKind::kRemove
+                       : OpKind::kGet;
+    op.key = make_key(k, fixed_);
+    op.value = make_value(op.key, ++version_, fixed_);
+    return op;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  uint64_t keys_;
+  bool fixed_;
+  uint32_t version_ = 0;
+};
+
+void write_file(const std::string& path, const std::vector<char>& buf) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  size_t done = 0;
+  while (fd >= 0 && done < buf.size()) {
+    ssize_t n = pwrite(fd, buf.data() + done, buf.size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (fd >= 0) close(fd);
+}
+
+struct Harness {
+  const CrashConfig& cfg;
+  CrashResult& res;
+  bool fixed;
+  Options opts;
+  Model acked;                // every acknowledged operation applied
+  std::optional<Op> inflight; // the operation the crash interrupts
+  bool creating = true;       // the crash interrupts pool creation
+  std::string img_path, img2_path;
+  uint64_t point = 0;
+
+  void fail(const std::string& what) {
+    res.failures++;
+    if (res.messages.size() < 8)
+      res.messages.push_back("crash point " + std::to_string(res.crash_points) + ": " + what);
+  }
+
+  // The oracle, on a recovered index. Returns the model it matched (for the follow-up).
+  bool verify(Index& idx, Model* matched, const std::string& where) {
+    std::string report;
+    if (!idx.impl()->check(&report)) {
+      fail(where + ": check failed: " + report.substr(0, 300));
+      return false;
+    }
+    std::map<std::string, std::string> got;
+    bool dup = false;
+    std::pair<std::map<std::string, std::string>*, bool*> ctx{&got, &dup};
+    idx.for_each(
+        [](void* c, std::string_view k, std::string_view v) {
+          auto* p = static_cast<std::pair<std::map<std::string, std::string>*, bool*>*>(c);
+          if (!p->first->emplace(std::string(k), std::string(v)).second) *p->second = true;
+        },
+        &ctx);
+    if (dup) fail(where + ": a key appears twice");
+    for (auto& [k, v] : got)
+      if (!value_ok(k, v, fixed)) {
+        fail(where + ": torn value");
+        return false;
+      }
+    Model after = acked;
+    if (inflight) apply(after, *inflight);
+    const auto& a = acked.items();
+    const auto& b = after.items();
+    bool is_before = got == a, is_after = got == b;
+    if (!is_before && !is_after) {
+      std::string detail;
+      for (auto& [k, v] : a)
+        if (!got.count(k)) detail = "acknowledged key lost";
+        else if (got.at(k) != v && !(inflight && k == inflight->key)) detail = "acknowledged value lost";
+      for (auto& [k, v] : got)
+        if (!a.count(k) && !(inflight && k == inflight->key)) detail = "key that was never written";
+      fail(where + ": contents match neither before nor after the in-flight op (" +
+           (detail.empty() ? "in-flight op partially applied" : detail) + ")");
+      return false;
+    }
+    if (idx.size() != got.size()) fail(where + ": size() disagrees with the contents");
+    *matched = is_after ? after : acked;
+    return true;
+  }
+
+  void followup(Index& idx, Model m) {
+    OpGen gen(cfg.seed * 7919 + point, cfg.keys * 2, fixed);
+    std::string got, want;
+    for (int i = 0; i < 60; ++i) {
+      Op op = gen.next(20, i);
+      Code c = apply(idx, op, &got);
+      Code e = apply(m, op);
+      if (c != e) {
+        fail("follow-up: op returned " + std::string(code_name(c)) + ", model " + code_name(e));
+        return;
+      }
+      if (op.kind == OpKind::kGet && c == Code::kOk && (m.get(op.key, &want), want != got)) {
+        fail("follow-up: get returned a wrong value");
+        return;
+      }
+    }
+    std::string report;
+    if (!idx.impl()->check(&report)) fail("follow-up: check failed: " + report.substr(0, 300));
+  }
+
+  // Opens a crash image; with `nested`, also crashes inside its recovery.
+  std::string mix_name = "";
+  void recover_and_verify(const std::string& path, bool nested, bool do_followup) {
+    Options o = opts;
+    o.create = false;
+    OpenHooks h;
+    h.chunk_size = cfg.chunk_size;
+    CrashSim sim2;
+    int nested_points = 0;
+    std::vector<char> buf2;
+    if (nested) {
+      sim2.at_crash_point = [&] {
+        if (nested_points++ >= 6) return;
+        sim2.make_image(CrashSim::Mix::kPerWord, cfg.seed + point * 31 + nested_points, &buf2);
+        write_file(img2_path, buf2);
+        res.recovery_states++;
+        recover_and_verify(img2_path, false, false);
+      };
+      h.persist_hook = &sim2;
+    }
+    std::unique_ptr<Index> idx;
+    Status s = open_index(path, o, h, &idx);
+    sim2.at_crash_point = nullptr;
+    res.states++;
+    if (!s.ok()) {
+      // Before its magic is written a pool is not a pool; creation was never acknowledged.
+      if (!(creating && s.code() == Code::kNotAPool)) fail("recovery failed: " + s.to_string());
+      return;
+    }
+    Model m;
+    std::string where = std::string(nested ? "after recovery (crashed once inside it)" : "after recovery") +
+                        " [" + mix_name + (inflight ? ", in flight: op " + std::to_string(int(inflight->kind)) : "") + "]";
+    if (verify(*idx, &m, where) &&
+        do_followup)
+      followup(*idx, m);
+  }
+
+  void at_crash_point(CrashSim& sim) {
+    res.crash_points++;
+    ++point;
+    std::vector<char> buf;
+    std::vector<std::pair<CrashSim::Mix, uint64_t>> mixes = {{CrashSim::Mix::kAllOld, 0},
+                                                             {CrashSim::Mix::kAllNew, 0}};
+    for (int i = 0; i < cfg.random_images; ++i) {
+      mixes.push_back({CrashSim::Mix::kPerLine, cfg.seed * 1000003 + point * 17 + i});
+      mixes.push_back({CrashSim::Mix::kPerWord, cfg.seed * 1000033 + point * 19 + i});
+    }
+    if (sim.dirty_words() == 0) mixes.resize(1);  // every image would be the same
+    for (size_t i = 0; i < mixes.size(); ++i) {
+      sim.make_image(mixes[i].first, mixes[i].second, &buf);
+      static const char* names[] = {"all old", "all new", "per line", "per word"};
+      mix_name = names[int(mixes[i].first)];
+      write_file(img_path, buf);
+      bool nested = cfg.recovery_crash_every > 0 && point % cfg.recovery_crash_every == 0 &&
+                    i + 1 == mixes.size();
+      bool fu = cfg.followup_every > 0 && (res.states % cfg.followup_every) == 0;
+      recover_and_verify(img_path, nested, fu);
+    }
+  }
+};
+
+}  // namespace
+
+CrashResult run_crash_test(const CrashConfig& cfg) {
+  CrashResult res;
+  Harness h{cfg, res, cfg.format == Format::kFixed, {}, {}, {}, true,
+            temp_pool_path("crash-img"), temp_pool_path("crash-img2")};
+  h.opts.scheme = cfg.scheme;
+  h.opts.format = cfg.format;
+  h.opts.mode = Mode::kEmulated;
+  h.opts.pool_size = cfg.pool_size;
+  h.opts.params = cfg.params;
+  std::string path = temp_pool_path("crash-main");
+  CrashSim sim;
+  sim.at_crash_point = [&] { h.at_crash_point(sim); };
+  OpenHooks hooks;
+  hooks.persist_hook = &sim;
+  hooks.mutations = cfg.mutations;
+  hooks.chunk_size = cfg.chunk_size;
+  {
+    std::unique_ptr<Index> idx;
+    Status s = open_index(path, h.opts, hooks, &idx);
+    h.creating = false;
+    if (!s.ok()) {
+      h.fail("create failed: " + s.to_string());
+    } else {
+      OpGen gen(cfg.seed, cfg.keys, h.fixed);
+      std::string got, want;
+      for (int i = 0; i < cfg.ops && res.failures == 0; ++i) {
+        Op op = gen.next(cfg.keys / 2, i);
+        h.inflight = op;
+        Code c = apply(*idx, op, &got);
+        h.inflight.reset();
+        Code e = apply(h.acked, op);
+        if (c != e)
+          h.fail("workload op " + std::to_string(i) + " returned " + code_name(c) + ", model " +
+                 code_name(e));
+        if (op.kind == OpKind::kGet && c == Code::kOk && (h.acked.get(op.key, &want), want != got))
+          h.fail("workload get returned a wrong value");
+      }
+      idx->impl()->scheme->counters(&res.counters);
+      sim.at_crash_point = nullptr;
+    }
+  }
+  unlink(path.c_str());
+  unlink(h.img_path.c_str());
+  unlink(h.img2_path.c_str());
+  return res;
+}
+
+}  // namespace pmhash::testing

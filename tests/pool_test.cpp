@@ -1,0 +1,235 @@
+// Every bad input gets a distinct status with a message, and leaves the file unchanged.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "index_impl.hpp"
+#include "pm/pool.hpp"
+#include "test_util.hpp"
+
+namespace pmhash::testing {
+namespace {
+
+// Creates a valid, closed pool and returns its bytes.
+std::vector<char> make_pool(const std::string& path, Format f = Format::kFixed) {
+  std::unique_ptr<Index> idx;
+  Options o = small_options("turbohash", f);
+  o.pool_size = 8u << 20;
+  EXPECT_TRUE(Index::open(path, o, &idx).ok());
+  EXPECT_TRUE(idx->insert(std::string(8, 'k'), std::string(8, 'v')).ok() ||
+              f == Format::kVariable);
+  EXPECT_TRUE(idx->close().ok());
+  idx.reset();
+  return read_file(path);
+}
+
+// Opens `bytes` as a pool and expects `code`; the file must be byte-for-byte unchanged.
+void expect_rejected(const std::vector<char>& bytes, Code code, Options o = {}) {
+  TempPool p("bad");
+  write_bytes(p.path, bytes);
+  if (o.scheme.empty()) o = small_options("turbohash", Format::kFixed);
+  o.create = true;  // even when allowed to create, a non-empty bad file is never overwritten
+  std::unique_ptr<Index> idx;
+  Status s = Index::open(p.path, o, &idx);
+  EXPECT_EQ(s.code(), code) << s.to_string();
+  EXPECT_FALSE(s.message().empty());
+  EXPECT_EQ(idx, nullptr);
+  EXPECT_EQ(read_file(p.path), bytes) << "the file was changed";
+}
+
+TEST(Pool, ForeignFileIsNotAPool) {
+  std::vector<char> junk(1 << 20);
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(i * 7);
+  expect_rejected(junk, Code::kNotAPool);
+  expect_rejected(std::vector<char>{'h', 'i'}, Code::kNotAPool);
+}
+
+TEST(Pool, TruncatedFile) {
+  TempPool p;
+  std::vector<char> good = make_pool(p.path);
+  std::vector<char> cut(good.begin(), good.begin() + good.size() / 2);
+  expect_rejected(cut, Code::kTruncated);
+  std::vector<char> header_only(good.begin(), good.begin() + 100);
+  expect_rejected(header_only, Code::kTruncated);
+}
+
+TEST(Pool, HeaderChecksumMismatch) {
+  TempPool p;
+  std::vector<char> bad = make_pool(p.path);
+  bad[offsetof(pm::PoolHeader, uuid)] ^= 0x5A;  // one flipped byte in the header
+  expect_rejected(bad, Code::kChecksumMismatch);
+  bad = read_file(p.path);
+  bad[offsetof(pm::PoolHeader, heap_offset)] ^= 1;
+  expect_rejected(bad, Code::kChecksumMismatch);
+}
+
+TEST(Pool, UnsupportedFormatVersion) {
+  TempPool p;
+  std::vector<char> bad = make_pool(p.path);
+  uint32_t v = pm::kPoolFormatVersion + 1;
+  std::memcpy(bad.data() + offsetof(pm::PoolHeader, format_version), &v, 4);
+  expect_rejected(bad, Code::kUnsupportedVersion);
+}
+
+TEST(Pool, SchemeMismatch) {
+  TempPool p;
+  std::vector<char> good = make_pool(p.path);
+  // A header that names another scheme (checksum recomputed, so only the scheme differs).
+  pm::PoolHeader h;
+  std::memcpy(&h, good.data(), sizeof h);
+  std::memset(h.scheme, 0, sizeof h.scheme);
+  std::memcpy(h.scheme, "otherscheme", 11);
+  h.checksum = pm::header_checksum(h);
+  std::memcpy(good.data(), &h, sizeof h);
+  expect_rejected(good, Code::kSchemeMismatch);
+}
+
+TEST(Pool, FormatMismatch) {
+  TempPool p;
+  std::vector<char> fixed = make_pool(p.path, Format::kFixed);
+  expect_rejected(fixed, Code::kFormatMismatch, small_options("turbohash", Format::kVariable));
+}
+
+TEST(Pool, UnknownSchemeAndMissingFile) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  Options o = small_options("no-such-scheme", Format::kFixed);
+  EXPECT_EQ(Index::open(p.path, o, &idx).code(), Code::kUnknownScheme);
+  o = small_options("turbohash", Format::kFixed);
+  o.create = false;
+  EXPECT_EQ(Index::open(p.path, o, &idx).code(), Code::kNotFound);
+  EXPECT_NE(access(p.path.c_str(), F_OK), 0) << "a failed open must not create the file";
+}
+
+TEST(Pool, AlreadyOpenInThisProcess) {
+  TempPool p;
+  make_pool(p.path);
+  std::vector<char> before = read_file(p.path);
+  std::unique_ptr<Index> a, b;
+  ASSERT_TRUE(Index::open(p.path, small_options("turbohash", Format::kFixed), &a).ok());
+  Status s = Index::open(p.path, small_options("turbohash", Format::kFixed), &b);
+  EXPECT_EQ(s.code(), Code::kPoolBusy) << s.to_string();
+  a.reset();
+  EXPECT_TRUE(Index::open(p.path, small_options("turbohash", Format::kFixed), &b).ok());
+}
+
+TEST(Pool, AlreadyOpenInAnotherProcess) {
+  TempPool p;
+  make_pool(p.path);
+  std::unique_ptr<Index> a;
+  ASSERT_TRUE(Index::open(p.path, small_options("turbohash", Format::kFixed), &a).ok());
+  pid_t child = fork();
+  if (child == 0) {
+    std::unique_ptr<Index> b;
+    Status s = Index::open(p.path, small_options("turbohash", Format::kFixed), &b);
+    _exit(s.code() == Code::kPoolBusy ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(Pool, BadKeysAndValues) {
+  TempPool p;
+  std::unique_ptr<Index> fx, var;
+  ASSERT_TRUE(Index::open(p.path, small_options("turbohash", Format::kFixed), &fx).ok());
+  EXPECT_EQ(fx->insert("short", "12345678").code(), Code::kInvalidArgument);
+  EXPECT_EQ(fx->insert("12345678", "").code(), Code::kInvalidArgument);
+  EXPECT_EQ(fx->insert("123456789", "12345678").code(), Code::kInvalidArgument);
+  std::string v;
+  EXPECT_EQ(fx->get("", &v).code(), Code::kInvalidArgument);
+  EXPECT_EQ(fx->size(), 0u);
+  fx.reset();
+  TempPool q;
+  ASSERT_TRUE(Index::open(q.path, small_options("turbohash", Format::kVariable), &var).ok());
+  EXPECT_EQ(var->insert("", "v").code(), Code::kInvalidArgument);
+  EXPECT_EQ(var->insert("k", "").code(), Code::kInvalidArgument);
+  EXPECT_EQ(var->insert(std::string(kMaxKeySize + 1, 'k'), "v").code(), Code::kInvalidArgument);
+  EXPECT_EQ(var->insert("k", std::string(kMaxValueSize + 1, 'v')).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(var->insert(std::string(kMaxKeySize, 'k'), std::string(kMaxValueSize, 'v')).ok());
+  EXPECT_EQ(var->size(), 1u);
+  EXPECT_TRUE(var->check().ok());
+}
+
+TEST(Pool, FullPoolStaysUsableForReadsAndDeletes) {
+  TempPool p;
+  Options o = small_options("turbohash", Format::kVariable);
+  o.pool_size = 4u << 20;
+  o.params = {{"shards", "4"}, {"buckets", "2"}};
+  std::unique_ptr<Index> idx;
+  OpenHooks h;
+  h.chunk_size = 64u << 10;
+  ASSERT_TRUE(open_index(p.path, o, h, &idx).ok());
+  std::string big(3000, 'x');
+  uint64_t n = 0;
+  Status s;
+  for (; n < 100000; ++n) {
+    s = idx->insert("key" + std::to_string(n), big);
+    if (!s.ok()) break;
+  }
+  ASSERT_EQ(s.code(), Code::kPoolFull) << s.to_string();
+  EXPECT_EQ(idx->size(), n);
+  std::string v;
+  for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(idx->get("key" + std::to_string(i), &v).ok());
+  EXPECT_TRUE(idx->check().ok());
+  for (uint64_t i = 0; i < n / 2; ++i) ASSERT_TRUE(idx->remove("key" + std::to_string(i)).ok());
+  // Space freed by deletes is reusable (after the epoch grace period, which close drains).
+  idx.reset();
+  ASSERT_TRUE(open_index(p.path, o, h, &idx).ok());
+  EXPECT_TRUE(idx->insert("again", big).ok());
+  EXPECT_TRUE(idx->check().ok());
+}
+
+TEST(Pool, ReopenAfterCleanCloseKeepsEverything) {
+  for (Format f : {Format::kFixed, Format::kVariable}) {
+    TempPool p;
+    bool fixed = f == Format::kFixed;
+    {
+      std::unique_ptr<Index> idx;
+      ASSERT_TRUE(Index::open(p.path, small_options("turbohash", f), &idx).ok());
+      EXPECT_FALSE(idx->stats().recovered_from_crash);
+      for (int i = 0; i < 5000; ++i)
+        ASSERT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 1, fixed)).ok());
+      EXPECT_EQ(idx->stats().mode, Mode::kEmulated);
+      ASSERT_TRUE(idx->close().ok());
+    }
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, small_options("turbohash", f), &idx).ok());
+    EXPECT_FALSE(idx->stats().recovered_from_crash);
+    EXPECT_EQ(idx->size(), 5000u);
+    std::string v;
+    for (int i = 0; i < 5000; ++i) {
+      ASSERT_TRUE(idx->get(make_key(i, fixed), &v).ok());
+      EXPECT_EQ(v, make_value(make_key(i, fixed), 1, fixed));
+    }
+    EXPECT_TRUE(idx->check().ok());
+  }
+}
+
+TEST(Pool, ModeIsReported) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  Options o = small_options("turbohash", Format::kFixed);
+  o.mode = Mode::kAuto;  // /dev/shm is tmpfs: emulated PM
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  EXPECT_EQ(idx->stats().mode, Mode::kEmulated);
+  idx.reset();
+  o.mode = Mode::kPm;  // not DAX: refused, file untouched
+  std::vector<char> before = read_file(p.path);
+  Status s = Index::open(p.path, o, &idx);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+  EXPECT_EQ(read_file(p.path), before);
+  // A regular file elsewhere is made durable with msync.
+  std::string disk = "/tmp/pmhash-test-" + std::to_string(getpid()) + ".pool";
+  o.mode = Mode::kAuto;
+  ASSERT_TRUE(Index::open(disk, o, &idx).ok());
+  EXPECT_EQ(idx->stats().mode, Mode::kMsync);
+  EXPECT_TRUE(idx->insert("12345678", "abcdefgh").ok());
+  idx.reset();
+  unlink(disk.c_str());
+}
+
+}  // namespace
+}  // namespace pmhash::testing
