@@ -1,11 +1,10 @@
 // The C API (include/pmhash/pmhash.h): a thin wrapper over pmhash::Index for FFI.
-#include "pmhash/pmhash.h"
-
 #include <cstring>
 #include <memory>
 #include <string>
 
 #include "pmhash/index.hpp"
+#include "pmhash/pmhash.h"
 
 struct pmhash_index {
   std::unique_ptr<pmhash::Index> index;
@@ -47,17 +46,20 @@ int pmhash_open(const char* path, const pmhash_options* o, pmhash_index** out, c
 
 int pmhash_insert(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
   return static_cast<int>(
-      t->index->insert({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl}).code());
+      t->index->insert({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl})
+          .code());
 }
 
 int pmhash_upsert(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
   return static_cast<int>(
-      t->index->upsert({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl}).code());
+      t->index->upsert({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl})
+          .code());
 }
 
 int pmhash_update(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
   return static_cast<int>(
-      t->index->update({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl}).code());
+      t->index->update({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl})
+          .code());
 }
 
 int pmhash_get(pmhash_index* t, const void* k, size_t kl, void* buf, size_t cap, size_t* len) {
@@ -73,7 +75,9 @@ int pmhash_remove(pmhash_index* t, const void* k, size_t kl) {
   return static_cast<int>(t->index->remove({static_cast<const char*>(k), kl}).code());
 }
 
-uint64_t pmhash_size(const pmhash_index* t) { return t->index->size(); }
+uint64_t pmhash_size(const pmhash_index* t) {
+  return t->index->size();
+}
 
 int pmhash_check(pmhash_index* t, char* err, size_t err_len) {
   pmhash::Status s = t->index->check();
@@ -86,6 +90,8 @@ int pmhash_close(pmhash_index* t) {
   return rc;
 }
 
-const char* pmhash_code_name(int code) { return pmhash::code_name(static_cast<pmhash::Code>(code)); }
+const char* pmhash_code_name(int code) {
+  return pmhash::code_name(static_cast<pmhash::Code>(code));
+}
 
 }  // extern "C"

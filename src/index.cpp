@@ -8,21 +8,36 @@ namespace pmhash {
 
 const char* code_name(Code c) {
   switch (c) {
-    case Code::kOk: return "ok";
-    case Code::kNotFound: return "not found";
-    case Code::kAlreadyExists: return "already exists";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kNotAPool: return "not a pool";
-    case Code::kTruncated: return "truncated";
-    case Code::kChecksumMismatch: return "checksum mismatch";
-    case Code::kUnsupportedVersion: return "unsupported version";
-    case Code::kSchemeMismatch: return "scheme mismatch";
-    case Code::kFormatMismatch: return "format mismatch";
-    case Code::kPoolBusy: return "pool busy";
-    case Code::kPoolFull: return "pool full";
-    case Code::kUnknownScheme: return "unknown scheme";
-    case Code::kIoError: return "I/O error";
-    case Code::kCorrupted: return "corrupted";
+    case Code::kOk:
+      return "ok";
+    case Code::kNotFound:
+      return "not found";
+    case Code::kAlreadyExists:
+      return "already exists";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kNotAPool:
+      return "not a pool";
+    case Code::kTruncated:
+      return "truncated";
+    case Code::kChecksumMismatch:
+      return "checksum mismatch";
+    case Code::kUnsupportedVersion:
+      return "unsupported version";
+    case Code::kSchemeMismatch:
+      return "scheme mismatch";
+    case Code::kFormatMismatch:
+      return "format mismatch";
+    case Code::kPoolBusy:
+      return "pool busy";
+    case Code::kPoolFull:
+      return "pool full";
+    case Code::kUnknownScheme:
+      return "unknown scheme";
+    case Code::kIoError:
+      return "I/O error";
+    case Code::kCorrupted:
+      return "corrupted";
   }
   return "?";
 }
@@ -32,20 +47,29 @@ std::string Status::to_string() const {
   return std::string(code_name(code_)) + ": " + message_;
 }
 
-const char* format_name(Format f) { return f == Format::kFixed ? "fixed" : "variable"; }
+const char* format_name(Format f) {
+  return f == Format::kFixed ? "fixed" : "variable";
+}
 
 const char* mode_name(Mode m) {
   switch (m) {
-    case Mode::kAuto: return "auto";
-    case Mode::kPm: return "pm";
-    case Mode::kEmulated: return "emulated";
-    case Mode::kMsync: return "msync";
-    case Mode::kNone: return "none";
+    case Mode::kAuto:
+      return "auto";
+    case Mode::kPm:
+      return "pm";
+    case Mode::kEmulated:
+      return "emulated";
+    case Mode::kMsync:
+      return "msync";
+    case Mode::kNone:
+      return "none";
   }
   return "?";
 }
 
-PersistCounters thread_persist_counters() { return pm::tls_counters; }
+PersistCounters thread_persist_counters() {
+  return pm::tls_counters;
+}
 
 std::vector<std::string> schemes() {
   std::vector<std::string> v;
@@ -220,7 +244,9 @@ Status Index::remove(std::string_view key) {
   return s.ok() ? impl_->scheme->remove(key) : s;
 }
 
-uint64_t Index::size() const { return impl_->scheme->size(); }
+uint64_t Index::size() const {
+  return impl_->scheme->size();
+}
 
 Stats Index::stats() const {
   Stats st;

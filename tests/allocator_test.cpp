@@ -1,11 +1,12 @@
 // The pool allocator: reserve / publish / free, and what a crash between the steps leaves.
+#include "pm/allocator.hpp"
+
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 
 #include "index_impl.hpp"
-#include "pm/allocator.hpp"
 #include "test_util.hpp"
 
 namespace pmhash::testing {

@@ -83,8 +83,12 @@ void CrashSim::make_image(Mix mix, uint64_t seed, std::vector<char>* out) {
   for (const Dirty& d : ds) {
     int choice;  // 0 old, 1 new, 2 flushed
     switch (mix) {
-      case Mix::kAllOld: choice = 0; break;
-      case Mix::kAllNew: choice = 1; break;
+      case Mix::kAllOld:
+        choice = 0;
+        break;
+      case Mix::kAllNew:
+        choice = 1;
+        break;
       case Mix::kPerLine:
         if (d.word / 8 != line) {
           line = d.word / 8;
@@ -92,7 +96,9 @@ void CrashSim::make_image(Mix mix, uint64_t seed, std::vector<char>* out) {
         }
         choice = line_choice;
         break;
-      default: choice = static_cast<int>(rng() % 3); break;
+      default:
+        choice = static_cast<int>(rng() % 3);
+        break;
     }
     if (choice == 2 && !d.has_flushed) choice = 1;
     uint64_t v = choice == 0 ? d.old_value : choice == 1 ? d.new_value : d.flushed_value;
@@ -114,22 +120,32 @@ struct Op {
 Code apply(Model& m, const Op& op) {
   std::string v;
   switch (op.kind) {
-    case OpKind::kInsert: return m.insert(op.key, op.value);
-    case OpKind::kUpsert: return m.upsert(op.key, op.value);
-    case OpKind::kUpdate: return m.update(op.key, op.value);
-    case OpKind::kRemove: return m.remove(op.key);
-    case OpKind::kGet: return m.get(op.key, &v);
+    case OpKind::kInsert:
+      return m.insert(op.key, op.value);
+    case OpKind::kUpsert:
+      return m.upsert(op.key, op.value);
+    case OpKind::kUpdate:
+      return m.update(op.key, op.value);
+    case OpKind::kRemove:
+      return m.remove(op.key);
+    case OpKind::kGet:
+      return m.get(op.key, &v);
   }
   return Code::kOk;
 }
 
 Code apply(Index& idx, const Op& op, std::string* got) {
   switch (op.kind) {
-    case OpKind::kInsert: return idx.insert(op.key, op.value).code();
-    case OpKind::kUpsert: return idx.upsert(op.key, op.value).code();
-    case OpKind::kUpdate: return idx.update(op.key, op.value).code();
-    case OpKind::kRemove: return idx.remove(op.key).code();
-    case OpKind::kGet: return idx.get(op.key, got).code();
+    case OpKind::kInsert:
+      return idx.insert(op.key, op.value).code();
+    case OpKind::kUpsert:
+      return idx.upsert(op.key, op.value).code();
+    case OpKind::kUpdate:
+      return idx.update(op.key, op.value).code();
+    case OpKind::kRemove:
+      return idx.remove(op.key).code();
+    case OpKind::kGet:
+      return idx.get(op.key, got).code();
   }
   return Code::kOk;
 }
@@ -175,9 +191,9 @@ struct Harness {
   CrashResult& res;
   bool fixed;
   Options opts;
-  Model acked;                // every acknowledged operation applied
-  std::optional<Op> inflight; // the operation the crash interrupts
-  bool creating = true;       // the crash interrupts pool creation
+  Model acked;                 // every acknowledged operation applied
+  std::optional<Op> inflight;  // the operation the crash interrupts
+  bool creating = true;        // the crash interrupts pool creation
   std::string img_path, img2_path;
   uint64_t point = 0;
 
@@ -217,8 +233,10 @@ struct Harness {
     if (!is_before && !is_after) {
       std::string detail;
       for (auto& [k, v] : a)
-        if (!got.count(k)) detail = "acknowledged key lost";
-        else if (got.at(k) != v && !(inflight && k == inflight->key)) detail = "acknowledged value lost";
+        if (!got.count(k))
+          detail = "acknowledged key lost";
+        else if (got.at(k) != v && !(inflight && k == inflight->key))
+          detail = "acknowledged value lost";
       for (auto& [k, v] : got)
         if (!a.count(k) && !(inflight && k == inflight->key)) detail = "key that was never written";
       fail(where + ": contents match neither before nor after the in-flight op (" +
@@ -280,11 +298,10 @@ struct Harness {
       return;
     }
     Model m;
-    std::string where = std::string(nested ? "after recovery (crashed once inside it)" : "after recovery") +
-                        " [" + mix_name + (inflight ? ", in flight: op " + std::to_string(int(inflight->kind)) : "") + "]";
-    if (verify(*idx, &m, where) &&
-        do_followup)
-      followup(*idx, m);
+    std::string where =
+        std::string(nested ? "after recovery (crashed once inside it)" : "after recovery") + " [" +
+        mix_name + (inflight ? ", in flight: op " + std::to_string(int(inflight->kind)) : "") + "]";
+    if (verify(*idx, &m, where) && do_followup) followup(*idx, m);
   }
 
   void at_crash_point(CrashSim& sim) {
@@ -315,8 +332,15 @@ struct Harness {
 
 CrashResult run_crash_test(const CrashConfig& cfg) {
   CrashResult res;
-  Harness h{cfg, res, cfg.format == Format::kFixed, {}, {}, {}, true,
-            temp_pool_path("crash-img"), temp_pool_path("crash-img2")};
+  Harness h{cfg,
+            res,
+            cfg.format == Format::kFixed,
+            {},
+            {},
+            {},
+            true,
+            temp_pool_path("crash-img"),
+            temp_pool_path("crash-img2")};
   h.opts.scheme = cfg.scheme;
   h.opts.format = cfg.format;
   h.opts.mode = Mode::kEmulated;

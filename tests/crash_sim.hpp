@@ -59,22 +59,22 @@ struct CrashConfig {
   Format format = Format::kFixed;
   std::map<std::string, std::string> params;  // small tables, so resizes happen
   int ops = 200;
-  int keys = 48;                // key space (small: many updates and deletes)
+  int keys = 48;  // key space (small: many updates and deletes)
   uint64_t seed = 1;
-  int random_images = 2;        // per-line and per-word random mixes per crash point
-  int followup_every = 16;      // run the follow-up workload at every n-th state
-  int recovery_crash_every = 8; // crash inside recovery at every n-th crash point
-  uint64_t mutations = 0;       // fault injection (the harness must then fail)
+  int random_images = 2;         // per-line and per-word random mixes per crash point
+  int followup_every = 16;       // run the follow-up workload at every n-th state
+  int recovery_crash_every = 8;  // crash inside recovery at every n-th crash point
+  uint64_t mutations = 0;        // fault injection (the harness must then fail)
   uint64_t pool_size = 2u << 20;
   uint64_t chunk_size = 64u << 10;
 };
 
 struct CrashResult {
-  uint64_t states = 0;            // crash images recovered and checked
-  uint64_t recovery_states = 0;   // of which crashed inside recovery
+  uint64_t states = 0;           // crash images recovered and checked
+  uint64_t recovery_states = 0;  // of which crashed inside recovery
   uint64_t crash_points = 0;
   uint64_t failures = 0;
-  std::vector<std::string> messages;  // first few failures
+  std::vector<std::string> messages;       // first few failures
   std::map<std::string, double> counters;  // the workload index's counters at the end
 };
 

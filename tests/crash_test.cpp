@@ -29,13 +29,12 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   cfg.ops = (light() ? 60 : 220) * soak();
   cfg.seed = 1;
   CrashResult r = run_crash_test(cfg);
-  std::printf("[%s %s] crash states explored: %llu, failures: %llu "
-              "(crash points %llu, states crashed inside recovery %llu)\n",
-              cfg.scheme.c_str(), format_name(cfg.format),
-              static_cast<unsigned long long>(r.states),
-              static_cast<unsigned long long>(r.failures),
-              static_cast<unsigned long long>(r.crash_points),
-              static_cast<unsigned long long>(r.recovery_states));
+  std::printf(
+      "[%s %s] crash states explored: %llu, failures: %llu "
+      "(crash points %llu, states crashed inside recovery %llu)\n",
+      cfg.scheme.c_str(), format_name(cfg.format), static_cast<unsigned long long>(r.states),
+      static_cast<unsigned long long>(r.failures), static_cast<unsigned long long>(r.crash_points),
+      static_cast<unsigned long long>(r.recovery_states));
   for (auto& m : r.messages) ADD_FAILURE() << m;
   EXPECT_EQ(r.failures, 0u);
   if (!light()) {

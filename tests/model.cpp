@@ -62,7 +62,8 @@ bool value_ok(std::string_view key, std::string_view value, bool fixed) {
     return make_value(key, static_cast<uint32_t>(w), true) == value;
   }
   if (value.size() < 10 || value[0] != 'v') return false;
-  uint32_t version = static_cast<uint32_t>(std::strtoul(std::string(value.substr(1)).c_str(), nullptr, 10));
+  uint32_t version =
+      static_cast<uint32_t>(std::strtoul(std::string(value.substr(1)).c_str(), nullptr, 10));
   return make_value(key, version, false) == value;
 }
 

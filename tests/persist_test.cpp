@@ -1,8 +1,9 @@
 // The persistence primitives count what they do, and the hook sees every call.
+#include "pm/persist.hpp"
+
 #include <gtest/gtest.h>
 
 #include "index_impl.hpp"
-#include "pm/persist.hpp"
 #include "test_util.hpp"
 
 namespace pmhash::testing {
@@ -20,9 +21,9 @@ TEST(Persist, CountsLinesFencesAndBytes) {
   pm::Persister p;
   p.instr = pm::best_flush_instruction();
   PersistCounters before = thread_persist_counters();
-  p.persist(buf, 8);         // one line
-  p.flush(buf + 60, 8);      // straddles two lines
-  p.flush(buf, 256);         // four lines
+  p.persist(buf, 8);     // one line
+  p.flush(buf + 60, 8);  // straddles two lines
+  p.flush(buf, 256);     // four lines
   p.fence();
   PersistCounters after = thread_persist_counters();
   EXPECT_EQ(after.flushes - before.flushes, 1u + 2u + 4u);
@@ -34,7 +35,9 @@ TEST(Persist, CountersArePerThread) {
   alignas(64) static char buf[64];
   pm::Persister p;
   PersistCounters before = thread_persist_counters();
-  std::thread t([&] { for (int i = 0; i < 100; ++i) p.persist(buf, 8); });
+  std::thread t([&] {
+    for (int i = 0; i < 100; ++i) p.persist(buf, 8);
+  });
   t.join();
   EXPECT_EQ(thread_persist_counters().flushes, before.flushes);
 }

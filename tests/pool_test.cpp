@@ -1,4 +1,6 @@
 // Every bad input gets a distinct status with a message, and leaves the file unchanged.
+#include "pm/pool.hpp"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -6,7 +8,6 @@
 #include <cstring>
 
 #include "index_impl.hpp"
-#include "pm/pool.hpp"
 #include "test_util.hpp"
 
 namespace pmhash::testing {
@@ -18,8 +19,7 @@ std::vector<char> make_pool(const std::string& path, Format f = Format::kFixed) 
   Options o = small_options("turbohash", f);
   o.pool_size = 8u << 20;
   EXPECT_TRUE(Index::open(path, o, &idx).ok());
-  EXPECT_TRUE(idx->insert(std::string(8, 'k'), std::string(8, 'v')).ok() ||
-              f == Format::kVariable);
+  EXPECT_TRUE(idx->insert(std::string(8, 'k'), std::string(8, 'v')).ok() || f == Format::kVariable);
   EXPECT_TRUE(idx->close().ok());
   idx.reset();
   return read_file(path);

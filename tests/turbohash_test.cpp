@@ -1,9 +1,10 @@
 // TurboHash's bucket rules (§3.3, Algorithm 4) and probing behaviour.
+#include "index/turbohash/turbohash.hpp"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "index/turbohash/turbohash.hpp"
 #include "index_impl.hpp"
 #include "test_util.hpp"
 
@@ -67,19 +68,20 @@ TEST_P(TurboHashTest, FlushesPerOperation) {
   bool fixed = GetParam() == Format::kFixed;
   const int n = 2000;
   PersistCounters a = thread_persist_counters();
-  for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 1, fixed)).ok());
+  for (int i = 0; i < n; ++i)
+    ASSERT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 1, fixed)).ok());
   PersistCounters b = thread_persist_counters();
   for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->remove(make_key(i, fixed)).ok());
   PersistCounters c = thread_persist_counters();
   double ins_fences = double(b.fences - a.fences) / n, del_fences = double(c.fences - b.fences) / n;
   double del_flushes = double(c.flushes - b.flushes) / n;
   if (fixed) {
-    EXPECT_EQ(ins_fences, 2.0);      // slot+tag, then the metadata word
-    EXPECT_EQ(del_fences, 1.0);      // one 8-byte metadata store
+    EXPECT_EQ(ins_fences, 2.0);  // slot+tag, then the metadata word
+    EXPECT_EQ(del_fences, 1.0);  // one 8-byte metadata store
     EXPECT_EQ(del_flushes, 1.0);
     EXPECT_LE(double(b.flushes - a.flushes) / n, 3.0);
   } else {
-    EXPECT_GT(ins_fences, 2.0);      // plus the allocator's redo log
+    EXPECT_GT(ins_fences, 2.0);  // plus the allocator's redo log
   }
 }
 
@@ -127,12 +129,13 @@ TEST_P(TurboHashTest, NegativeReadsStopAtThePathEnd) {
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
   bool fixed = GetParam() == Format::kFixed;
-  for (int i = 0; i < 5000; ++i) ASSERT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 1, fixed)).ok());
+  for (int i = 0; i < 5000; ++i)
+    ASSERT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 1, fixed)).ok());
   std::string v;
   for (int i = 5000; i < 10000; ++i) ASSERT_FALSE(idx->get(make_key(i, fixed), &v).ok());
   std::map<std::string, double> c;
   idx->impl()->scheme->counters(&c);
-  EXPECT_LT(c["probe_distance_negative"], 4.0);   // a scan of the whole scope would be 16
+  EXPECT_LT(c["probe_distance_negative"], 4.0);  // a scan of the whole scope would be 16
   EXPECT_GE(c["probe_distance_negative"], 1.0);
 }
 

@@ -33,15 +33,15 @@ PersistCounters thread_persist_counters();
 struct Stats {
   std::string scheme;
   Format format = Format::kFixed;
-  Mode mode = Mode::kAuto;        // the mode in use (never kAuto)
-  bool recovered_from_crash = false;  // last open found no clean-shutdown flag
-  double open_ms = 0;             // time the last open took (recovery included)
-  uint64_t size = 0;              // live keys
-  uint64_t capacity_slots = 0;    // slots the table has now
-  double load_factor = 0;         // size / capacity_slots
-  uint64_t dram_bytes = 0;        // DRAM the index holds (filters, mirrors, locks)
-  uint64_t pm_bytes = 0;          // pool bytes allocated
-  uint64_t pool_bytes = 0;        // pool file size
+  Mode mode = Mode::kAuto;                 // the mode in use (never kAuto)
+  bool recovered_from_crash = false;       // last open found no clean-shutdown flag
+  double open_ms = 0;                      // time the last open took (recovery included)
+  uint64_t size = 0;                       // live keys
+  uint64_t capacity_slots = 0;             // slots the table has now
+  double load_factor = 0;                  // size / capacity_slots
+  uint64_t dram_bytes = 0;                 // DRAM the index holds (filters, mirrors, locks)
+  uint64_t pm_bytes = 0;                   // pool bytes allocated
+  uint64_t pool_bytes = 0;                 // pool file size
   std::map<std::string, double> counters;  // scheme-specific (probe distance, splits, ...)
 };
 
@@ -57,8 +57,7 @@ class Index {
   // Opens `path`, creating it when missing (if options.create). After a crash, runs the
   // scheme's recovery. A file that is not a valid pool of this scheme and format gets a
   // specific error and is left unchanged.
-  static Status open(const std::string& path, const Options& options,
-                     std::unique_ptr<Index>* out);
+  static Status open(const std::string& path, const Options& options, std::unique_ptr<Index>* out);
 
   ~Index();  // closes cleanly if close() was not called
   Index(const Index&) = delete;

@@ -28,10 +28,10 @@ struct Options {
   std::string scheme = "turbohash";
   Format format = Format::kFixed;
   Mode mode = Mode::kAuto;
-  bool create = true;              // create the pool when the file is missing or empty
-  uint64_t pool_size = 1ull << 30; // bytes, for a new pool (the file is sparse)
-  uint64_t capacity_hint = 0;      // expected number of keys; schemes size tables from it
-  uint32_t pm_write_delay_ns = 0;  // injected delay per flushed line (emulates slower PM)
+  bool create = true;               // create the pool when the file is missing or empty
+  uint64_t pool_size = 1ull << 30;  // bytes, for a new pool (the file is sparse)
+  uint64_t capacity_hint = 0;       // expected number of keys; schemes size tables from it
+  uint32_t pm_write_delay_ns = 0;   // injected delay per flushed line (emulates slower PM)
   // Scheme-specific knobs ("shards", "buckets", "scope", ...); see docs/schemes/<scheme>.md.
   std::map<std::string, std::string> params;
 };

@@ -10,8 +10,13 @@
 extern "C" {
 #endif
 
-enum { PMHASH_OK = 0, PMHASH_NOT_FOUND = 1, PMHASH_ALREADY_EXISTS = 2, PMHASH_INVALID_ARGUMENT = 3,
-       PMHASH_POOL_FULL = 11 };
+enum {
+  PMHASH_OK = 0,
+  PMHASH_NOT_FOUND = 1,
+  PMHASH_ALREADY_EXISTS = 2,
+  PMHASH_INVALID_ARGUMENT = 3,
+  PMHASH_POOL_FULL = 11
+};
 
 typedef struct pmhash_index pmhash_index;
 

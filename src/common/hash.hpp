@@ -15,6 +15,8 @@ inline uint64_t hash_word(uint64_t word, uint64_t seed = 0) {
   return XXH3_64bits_withSeed(&word, 8, seed);
 }
 // Maps a 32-bit hash uniformly onto [0, n) without division (Lemire's fast range).
-inline uint64_t fast_range(uint32_t h, uint64_t n) { return (uint64_t{h} * n) >> 32; }
+inline uint64_t fast_range(uint32_t h, uint64_t n) {
+  return (uint64_t{h} * n) >> 32;
+}
 
 }  // namespace pmhash::common

@@ -10,8 +10,8 @@ Status Items::make(std::string_view key, std::string_view value, uint64_t kw, Ne
   }
   uint64_t size = 8 + key.size() + value.size();
   pm::Reservation r = alloc_.reserve(size);
-  if (!r) return {Code::kPoolFull, "pool full: no space for a " + std::to_string(size) +
-                                       "-byte item"};
+  if (!r)
+    return {Code::kPoolFull, "pool full: no space for a " + std::to_string(size) + "-byte item"};
   pm::Pool& pool = alloc_.pool();
   char* p = pool.ptr<char>(r.off);
   uint32_t lens[2] = {static_cast<uint32_t>(key.size()), static_cast<uint32_t>(value.size())};

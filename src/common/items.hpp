@@ -57,9 +57,7 @@ class Items {
   }
 
   // The hash of the key a slot holds (for rehashing without the original key).
-  uint64_t slot_hash(uint64_t key_word) const {
-    return variable_ ? key_word : hash_word(key_word);
-  }
+  uint64_t slot_hash(uint64_t key_word) const { return variable_ ? key_word : hash_word(key_word); }
 
   // Safe on words read racily (a lock-free reader validates afterwards).
   bool matches(uint64_t slot_key, uint64_t slot_value, std::string_view key, uint64_t kw) const {

@@ -11,7 +11,7 @@ uint32_t tag_match_sse2(const uint8_t* tags16, uint8_t tag) {
 }
 
 __attribute__((target("avx512bw,avx512vl"))) uint32_t tag_match_avx512(const uint8_t* tags16,
-                                                                        uint8_t tag) {
+                                                                       uint8_t tag) {
   __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tags16));
   return _mm_cmpeq_epi8_mask(v, _mm_set1_epi8(static_cast<char>(tag)));
 }

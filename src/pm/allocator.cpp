@@ -32,10 +32,17 @@ uint64_t lane_header(const uint64_t* entries, int n) {
 void apply_op(const Pool& pool, uint64_t off, uint64_t op, uint64_t value) {
   std::atomic_ref<uint64_t> w(*pool.ptr<uint64_t>(off));
   switch (op) {
-    case 1: w.store(value, std::memory_order_release); break;
-    case 2: w.fetch_or(value, std::memory_order_acq_rel); break;
-    case 3: w.fetch_and(~value, std::memory_order_acq_rel); break;
-    default: break;
+    case 1:
+      w.store(value, std::memory_order_release);
+      break;
+    case 2:
+      w.fetch_or(value, std::memory_order_acq_rel);
+      break;
+    case 3:
+      w.fetch_and(~value, std::memory_order_acq_rel);
+      break;
+    default:
+      break;
   }
 }
 
@@ -124,8 +131,8 @@ void Allocator::build_dram_state() {
       const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
       uint64_t used = 0;
       for (size_t i = 0; i < s->used.size(); ++i) {
-        uint64_t valid_mask = (i + 1) * 64 <= s->nblocks ? ~uint64_t{0}
-                                                          : (uint64_t{1} << (s->nblocks % 64)) - 1;
+        uint64_t valid_mask =
+            (i + 1) * 64 <= s->nblocks ? ~uint64_t{0} : (uint64_t{1} << (s->nblocks % 64)) - 1;
         s->used[i] = bm[i] & valid_mask;
         used += std::popcount(s->used[i]);
       }
@@ -254,8 +261,7 @@ uint64_t Allocator::block_size(uint64_t off) const {
   uint64_t bsize = kMinBlock << (w >> 8);
   if ((off - chunk_off(c)) % bsize != 0) return 0;
   uint64_t b = (off - chunk_off(c)) / bsize;
-  uint64_t bits =
-      std::atomic_ref<uint64_t>(*pool_.ptr<uint64_t>(bitmap_word_off(c, b))).load();
+  uint64_t bits = std::atomic_ref<uint64_t>(*pool_.ptr<uint64_t>(bitmap_word_off(c, b))).load();
   return (bits >> (b % 64)) & 1 ? bsize : 0;
 }
 
@@ -287,7 +293,9 @@ void Tx::add(uint64_t off, Op op, uint64_t value) {
   ++n_;
 }
 
-void Tx::store(uint64_t* word, uint64_t value) { add(a_.pool_.offset(word), kStore, value); }
+void Tx::store(uint64_t* word, uint64_t value) {
+  add(a_.pool_.offset(word), kStore, value);
+}
 
 void Tx::publish(const Reservation& r) {
   uint64_t c = a_.chunk_of(r.off);
@@ -315,7 +323,9 @@ void Tx::free(uint64_t off) {
   bytes_delta_ -= static_cast<int64_t>(size);
 }
 
-void Tx::apply_one(uint64_t off, Op op, uint64_t value) const { apply_op(a_.pool_, off, op, value); }
+void Tx::apply_one(uint64_t off, Op op, uint64_t value) const {
+  apply_op(a_.pool_, off, op, value);
+}
 
 void Tx::commit() {
   const Persister& p = a_.pool_.persister();

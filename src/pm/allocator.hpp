@@ -47,8 +47,8 @@ class Allocator {
   // interrupted pool creation: nothing was reachable yet).
   void recover(bool format);
 
-  Reservation reserve(uint64_t size);      // empty Reservation when the pool is full
-  void cancel(const Reservation& r);       // give back an unpublished reservation
+  Reservation reserve(uint64_t size);  // empty Reservation when the pool is full
+  void cancel(const Reservation& r);   // give back an unpublished reservation
   // Marks r allocated without a log. Only for objects nothing reachable points to yet and
   // whose loss a crash may not care about (pool creation); the caller fences.
   void publish_unlogged(const Reservation& r);
@@ -58,7 +58,7 @@ class Allocator {
   // Where the DRAM reuse of freed blocks is deferred to (epoch-based reclamation).
   std::function<void(uint64_t off)> on_free;
 
-  uint64_t block_size(uint64_t off) const;   // 0 if off is not the start of a live object
+  uint64_t block_size(uint64_t off) const;  // 0 if off is not the start of a live object
   void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   uint64_t heap_bytes() const { return nchunks_ * chunk_; }

@@ -5,13 +5,15 @@ namespace pmhash::pm {
 Epochs::Epochs(std::shared_ptr<ThreadRegistry> threads)
     : threads_(std::move(threads)), locals_(new Local[ThreadRegistry::kMaxThreads]) {}
 
-Epochs::~Epochs() { drain(); }
+Epochs::~Epochs() {
+  drain();
+}
 
 void Epochs::enter(unsigned tid) {
   Local& l = locals_[tid];
   if (l.depth++ == 0) {
-    l.epoch.store(global_.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // An RMW (a full barrier) so the reader's later loads cannot pass the announcement.
+    l.epoch.exchange(global_.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
   }
 }
 
@@ -34,7 +36,6 @@ void Epochs::retire(std::function<void()> fn) {
 }
 
 void Epochs::collect(unsigned tid) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   uint64_t g = global_.load(std::memory_order_seq_cst);
   uint64_t min_active = UINT64_MAX;
   unsigned n = threads_->high_water();

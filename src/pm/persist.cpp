@@ -19,11 +19,16 @@ FlushInstr best_flush_instruction() {
 
 const char* flush_instr_name(FlushInstr f) {
   switch (f) {
-    case FlushInstr::kClwb: return "clwb";
-    case FlushInstr::kClflushOpt: return "clflushopt";
-    case FlushInstr::kClflush: return "clflush";
-    case FlushInstr::kMsync: return "msync";
-    case FlushInstr::kNothing: return "none";
+    case FlushInstr::kClwb:
+      return "clwb";
+    case FlushInstr::kClflushOpt:
+      return "clflushopt";
+    case FlushInstr::kClflush:
+      return "clflush";
+    case FlushInstr::kMsync:
+      return "msync";
+    case FlushInstr::kNothing:
+      return "none";
   }
   return "?";
 }

@@ -39,11 +39,11 @@ const char* flush_instr_name(FlushInstr f);
 class Persister {
  public:
   FlushInstr instr = FlushInstr::kClwb;
-  bool fence_enabled = true;        // false in Mode::kNone
-  uint32_t delay_ns = 0;            // injected per flushed line
+  bool fence_enabled = true;                           // false in Mode::kNone
+  uint32_t delay_ns = 0;                               // injected per flushed line
   void (*msync_flush)(const void*, size_t) = nullptr;  // libpmem2's flush in msync mode
   void (*msync_drain)() = nullptr;
-  PersistHook* hook = nullptr;      // crash simulator (test builds only)
+  PersistHook* hook = nullptr;  // crash simulator (test builds only)
 
   void flush(const void* addr, size_t len) const {
     uintptr_t line = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{kCacheLine - 1};

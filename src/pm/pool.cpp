@@ -16,13 +16,17 @@
 namespace pmhash::pm {
 namespace {
 
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+uint64_t align_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 std::string errno_text(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
 }
 
-std::string fixed_string(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+std::string fixed_string(const char* s, size_t n) {
+  return std::string(s, strnlen(s, n));
+}
 
 }  // namespace
 
@@ -30,8 +34,12 @@ uint64_t header_checksum(const PoolHeader& h) {
   return XXH3_64bits(&h, offsetof(PoolHeader, checksum));
 }
 
-std::string Pool::scheme() const { return fixed_string(header().scheme, sizeof header().scheme); }
-std::string Pool::params() const { return fixed_string(header().params, sizeof header().params); }
+std::string Pool::scheme() const {
+  return fixed_string(header().scheme, sizeof header().scheme);
+}
+std::string Pool::params() const {
+  return fixed_string(header().params, sizeof header().params);
+}
 
 uint64_t Pool::root() const {
   return std::atomic_ref<uint64_t>(mutable_header().root).load(std::memory_order_acquire);
@@ -68,11 +76,11 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
   if (file_size == 0) {
-    if (!args.create)
-      return {Code::kNotAPool, "'" + path + "' is empty: not a pmhash pool"};
+    if (!args.create) return {Code::kNotAPool, "'" + path + "' is empty: not a pmhash pool"};
     Status s = p->create_layout(args);
     if (!s.ok()) {
-      if (ftruncate(p->fd_, 0) != 0) { /* leave it empty as we found it */ }
+      if (ftruncate(p->fd_, 0) != 0) { /* leave it empty as we found it */
+      }
       return s;
     }
     *out = std::move(p);
@@ -90,10 +98,9 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
     return {Code::kTruncated, "'" + path + "' is truncated: " + std::to_string(file_size) +
                                   " bytes, shorter than the pool header"};
   if (h.format_version != kPoolFormatVersion)
-    return {Code::kUnsupportedVersion, "'" + path + "' has pool format version " +
-                                           std::to_string(h.format_version) +
-                                           "; this build reads version " +
-                                           std::to_string(kPoolFormatVersion)};
+    return {Code::kUnsupportedVersion,
+            "'" + path + "' has pool format version " + std::to_string(h.format_version) +
+                "; this build reads version " + std::to_string(kPoolFormatVersion)};
   if (header_checksum(h) != h.checksum)
     return {Code::kChecksumMismatch, "'" + path + "': pool header checksum mismatch (corrupted)"};
   if (file_size < h.pool_size)

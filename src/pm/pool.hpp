@@ -65,7 +65,7 @@ struct MutableHeader {
 uint64_t header_checksum(const PoolHeader& h);
 
 struct PoolArgs {
-  std::string scheme;       // empty: accept any scheme (tools)
+  std::string scheme;  // empty: accept any scheme (tools)
   Format format = Format::kFixed;
   bool any_format = false;  // tools: accept either format
   Mode mode = Mode::kAuto;
@@ -73,7 +73,7 @@ struct PoolArgs {
   bool create = false;
   uint64_t pool_size = 1ull << 30;
   uint64_t chunk_size = 1ull << 20;
-  std::string params;       // scheme layout parameters recorded at creation
+  std::string params;  // scheme layout parameters recorded at creation
   PersistHook* hook = nullptr;
 };
 
@@ -105,10 +105,10 @@ class Pool {
   std::string params() const;
   const std::string& path() const { return path_; }
 
-  bool was_clean() const { return was_clean_; }    // clean flag found at open
-  bool created() const { return created_; }        // this open created the pool
+  bool was_clean() const { return was_clean_; }  // clean flag found at open
+  bool created() const { return created_; }      // this open created the pool
   uint64_t root() const;
-  void set_clean(bool clean);                      // 8-byte store + persist
+  void set_clean(bool clean);  // 8-byte store + persist
 
   // Test-only fault injection ("mutations") used to prove the crash harness has teeth.
   uint64_t mutations = 0;

@@ -1,1 +1,294 @@
+// pmhash-bench: every scheme under the same workloads, pool mode and machine, in one run.
+// See docs/bench.md (options, suites, JSON schema).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
+#include "report.hpp"
+#include "runner.hpp"
+
+using namespace pmhash;
+using namespace pmhash::bench;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+const char* kUsage = R"(usage: pmhash-bench [options]
+  --suite NAME          quick | turbohash  (a preset list of experiments)
+  --schemes a,b         schemes to run (default: all registered)
+  --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
+  --format fixed|variable   --key-size N --value-size N (variable format)
+  --threads 1,2         thread counts       --keys N (loaded)     --ops N (per workload)
+  --workloads w,...     insert read negread update delete mixed ycsb-a ycsb-b ycsb-c
+                        ycsb-d ycsb-f lfsweep   (YCSB-E is scans: hash indexes do not serve it)
+  --dist D              uniform | zipfian:THETA | selfsimilar:H | latest
+  --params k=v,...      scheme parameters (docs/schemes/*.md)   --label TEXT
+  --mode auto|pm|emulated|msync   --pool-dir DIR   --pool-size BYTES
+  --delay-ns N          injected PM write delay per flushed line
+  --capacity-hint N     --repeat R (median of R runs)   --seed N   --no-recovery  --no-pin
+  --json FILE  --csv FILE
+)";
+
+// The preset suites. Sizes fit 24 GiB and 2 cores; PMHASH_BENCH_SCALE (0..1] shrinks them.
+std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
+                             const std::vector<std::string>& schemes_list, double scale, bool* ok) {
+  std::vector<RunConfig> v;
+  auto n = [&](uint64_t x) { return std::max<uint64_t>(1000, uint64_t(double(x) * scale)); };
+  *ok = true;
+  if (name == "quick") {
+    for (auto& s : schemes_list)
+      for (std::string var : {"pm", "off"}) {
+        RunConfig c = base;
+        c.scheme = s;
+        c.variant = var;
+        c.threads = 2;
+        c.keys = n(10'000'000);
+        c.ops = n(5'000'000);  // delete half, so recovery is timed on a populated index
+        c.workloads = {"read", "negread", "update", "delete"};
+        v.push_back(c);
+      }
+    RunConfig d = base;
+    d.variant = "dram";
+    d.threads = 2;
+    d.keys = n(10'000'000);
+    d.ops = n(5'000'000);
+    d.workloads = {"read", "negread", "update", "delete"};
+    v.push_back(d);
+  } else if (name == "turbohash") {
+    // Fig. 1 / §4.6: probe distance as the load factor grows, scopes 4, 8, 16; Fig. 10:
+    // load factor over inserts.
+    for (int scope : {4, 8, 16}) {
+      RunConfig c = base;
+      c.scheme = "turbohash";
+      c.threads = 1;
+      c.keys = 0;
+      c.ops = n(4'000'000);
+      c.params = {{"shards", "1024"}, {"buckets", "256"}, {"scope", std::to_string(scope)}};
+      c.workloads = {"lfsweep"};
+      c.label = "scope=" + std::to_string(scope);
+      c.recovery = false;
+      v.push_back(c);
+    }
+    // §4.2: throughput of each operation, 1 and 2 threads, persistence on/off, SIMD on/off.
+    for (int t : {1, 2})
+      for (std::string var : {"pm", "off"})
+        for (bool simd : {true, false}) {
+          if (!simd && var == "off") continue;
+          RunConfig c = base;
+          c.scheme = "turbohash";
+          c.variant = var;
+          c.threads = t;
+          c.keys = n(5'000'000);
+          c.ops = n(5'000'000);
+          c.workloads = {"read", "negread", "update", "delete"};
+          if (!simd) {
+            c.params["simd"] = "off";
+            c.label = "simd=off";
+          }
+          c.recovery = false;
+          v.push_back(c);
+        }
+    // §3.6: the variable format, 15-byte keys and values (the paper's KV-store setup).
+    for (int t : {1, 2}) {
+      RunConfig c = base;
+      c.scheme = "turbohash";
+      c.format = Format::kVariable;
+      c.key_size = 15;
+      c.value_size = 15;
+      c.threads = t;
+      c.keys = n(2'000'000);
+      c.ops = n(2'000'000);
+      c.workloads = {"read", "negread", "update", "delete"};
+      c.recovery = false;
+      v.push_back(c);
+    }
+    // §3.7: recovery after a crash at 1M, 10M, 50M keys (must not grow with keys).
+    for (uint64_t keys : {1'000'000ull, 10'000'000ull, 50'000'000ull}) {
+      RunConfig c = base;
+      c.scheme = "turbohash";
+      c.threads = 2;
+      c.keys = n(keys);
+      c.ops = 0;
+      c.workloads = {};
+      c.label = "recovery";
+      v.push_back(c);
+    }
+  } else {
+    *ok = false;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RunConfig base;
+  std::string suite_name, json_path, csv_path;
+  std::vector<std::string> scheme_list = schemes(), variants = {"pm"}, thread_list = {"1"};
+  int repeat = 1;
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "pmhash-bench: %s needs a value\n%s", a.c_str(), kUsage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else if (a == "--suite")
+      suite_name = next();
+    else if (a == "--schemes")
+      scheme_list = split(next(), ',');
+    else if (a == "--variants")
+      variants = split(next(), ',');
+    else if (a == "--format") {
+      std::string f = next();
+      if (f != "fixed" && f != "variable") {
+        std::fprintf(stderr, "pmhash-bench: bad --format\n");
+        return 2;
+      }
+      base.format = f == "fixed" ? Format::kFixed : Format::kVariable;
+      if (base.format == Format::kVariable && base.key_size == 8)
+        base.key_size = 16, base.value_size = 15;
+    } else if (a == "--key-size")
+      base.key_size = std::stoul(next());
+    else if (a == "--value-size")
+      base.value_size = std::stoul(next());
+    else if (a == "--threads")
+      thread_list = split(next(), ',');
+    else if (a == "--keys")
+      base.keys = std::stoull(next());
+    else if (a == "--ops")
+      base.ops = std::stoull(next());
+    else if (a == "--workloads")
+      base.workloads = split(next(), ',');
+    else if (a == "--dist") {
+      if (!DistSpec::parse(next(), &base.dist)) {
+        std::fprintf(stderr, "pmhash-bench: bad --dist\n");
+        return 2;
+      }
+    } else if (a == "--params") {
+      for (auto& kv : split(next(), ',')) {
+        size_t eq = kv.find('=');
+        if (eq == std::string::npos) {
+          std::fprintf(stderr, "pmhash-bench: --params takes k=v\n");
+          return 2;
+        }
+        base.params[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+    } else if (a == "--label")
+      base.label = next();
+    else if (a == "--mode") {
+      std::string m = next();
+      base.mode = m == "pm"         ? Mode::kPm
+                  : m == "emulated" ? Mode::kEmulated
+                  : m == "msync"    ? Mode::kMsync
+                                    : Mode::kAuto;
+    } else if (a == "--pool-dir")
+      base.pool_dir = next();
+    else if (a == "--pool-size")
+      base.pool_size = std::stoull(next());
+    else if (a == "--delay-ns")
+      base.delay_ns = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--capacity-hint")
+      base.capacity_hint = std::stoull(next());
+    else if (a == "--repeat")
+      repeat = std::max(1, std::stoi(next()));
+    else if (a == "--seed")
+      base.seed = std::stoull(next());
+    else if (a == "--no-recovery")
+      base.recovery = false;
+    else if (a == "--no-pin")
+      base.pin = false;
+    else if (a == "--json")
+      json_path = next();
+    else if (a == "--csv")
+      csv_path = next();
+    else {
+      std::fprintf(stderr, "pmhash-bench: unknown option %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+  }
+  const std::vector<std::string> known = schemes();
+  for (auto& s : scheme_list)
+    if (std::find(known.begin(), known.end(), s) == known.end()) {
+      std::fprintf(stderr, "pmhash-bench: unknown scheme '%s'\n", s.c_str());
+      return 2;
+    }
+
+  std::vector<RunConfig> configs;
+  if (!suite_name.empty()) {
+    const char* sc = std::getenv("PMHASH_BENCH_SCALE");
+    double scale = sc ? std::atof(sc) : 1.0;
+    if (scale <= 0 || scale > 1) scale = 1.0;
+    bool ok;
+    configs = suite(suite_name, base, scheme_list, scale, &ok);
+    if (!ok) {
+      std::fprintf(stderr, "pmhash-bench: unknown suite '%s' (quick, turbohash)\n",
+                   suite_name.c_str());
+      return 2;
+    }
+  } else {
+    for (auto& s : scheme_list)
+      for (auto& var : variants)
+        for (auto& t : thread_list) {
+          if (var == "dram" && s != scheme_list.front()) continue;
+          RunConfig c = base;
+          c.scheme = s;
+          c.variant = var;
+          c.threads = std::stoi(t);
+          configs.push_back(c);
+        }
+  }
+
+  std::fprintf(stderr, "pmhash-bench: %zu runs x %d repeats; pool dir %s\n", configs.size(), repeat,
+               base.pool_dir.c_str());
+  std::vector<Row> all;
+  for (auto& c : configs) {
+    std::vector<std::vector<Row>> reps;
+    for (int r = 0; r < repeat; ++r) {
+      std::vector<Row> rows;
+      std::string err;
+      RunConfig cr = c;
+      cr.seed = c.seed + r;
+      if (!run(cr, &rows, &err)) {
+        std::fprintf(stderr, "pmhash-bench: %s\n", err.c_str());
+        return 1;
+      }
+      reps.push_back(std::move(rows));
+    }
+    for (auto& row : median_rows(reps)) all.push_back(row);
+  }
+  add_ratios(&all);
+  std::string mode;
+  for (auto& r : all)
+    if (r.tags.count("mode") && r.tags["variant"] == "pm") mode = r.tags["mode"];
+  std::printf("pmhash-bench — pool mode: %s (pool dir %s); machine: %s\n", mode.c_str(),
+              base.pool_dir.c_str(), machine_summary().c_str());
+  std::printf(
+      "medians of %d run(s); xoff = throughput / same scheme with persistence off; "
+      "xdram = throughput / DRAM reference table\n\n",
+      repeat);
+  print_table(all, stdout);
+  if (!json_path.empty()) std::ofstream(json_path) << to_json(all, command, suite_name, repeat);
+  if (!csv_path.empty()) std::ofstream(csv_path) << to_csv(all);
+  auto bad = count_violations(all);
+  for (auto& b : bad) std::fprintf(stderr, "pmhash-bench: COUNT CHECK FAILED: %s\n", b.c_str());
+  return bad.empty() ? 0 : 1;
+}

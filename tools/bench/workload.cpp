@@ -1,1 +1,117 @@
+#include "workload.hpp"
 
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace pmhash::bench {
+
+void KeySpace::key(uint64_t id, std::string* out) const {
+  uint64_t k = scramble(id);
+  if (fixed_) {
+    out->assign(reinterpret_cast<const char*>(&k), 8);
+    return;
+  }
+  // Printable, fixed length: hex of the scrambled id, padded/cut to key_size.
+  char buf[17];
+  for (int i = 0; i < 16; ++i) buf[i] = "0123456789abcdef"[(k >> (60 - 4 * i)) & 15];
+  out->assign(key_size_, 'k');
+  std::memcpy(out->data(), buf, std::min<size_t>(16, key_size_));
+  if (key_size_ > 16) std::memcpy(out->data() + key_size_ - 8, &id, 8);
+}
+
+void KeySpace::value(uint64_t id, uint64_t version, std::string* out) const {
+  uint64_t v = id ^ (version << 40);
+  out->assign(value_size_, 'v');
+  std::memcpy(out->data(), &v, std::min<size_t>(8, value_size_));
+}
+
+std::string DistSpec::name() const {
+  char b[64];
+  switch (dist) {
+    case Dist::kUniform:
+      return "uniform";
+    case Dist::kZipfian:
+      std::snprintf(b, sizeof b, "zipfian:%g", param);
+      return b;
+    case Dist::kSelfSimilar:
+      std::snprintf(b, sizeof b, "selfsimilar:%g", param);
+      return b;
+    case Dist::kLatest:
+      return "latest";
+  }
+  return "?";
+}
+
+bool DistSpec::parse(const std::string& s, DistSpec* out) {
+  std::string name = s.substr(0, s.find(':'));
+  double p = s.find(':') == std::string::npos ? -1 : std::atof(s.c_str() + s.find(':') + 1);
+  if (name == "uniform")
+    *out = {Dist::kUniform, 0};
+  else if (name == "zipfian")
+    *out = {Dist::kZipfian, p < 0 ? 0.99 : p};
+  else if (name == "selfsimilar")
+    *out = {Dist::kSelfSimilar, p < 0 ? 0.2 : p};
+  else if (name == "latest")
+    *out = {Dist::kLatest, 0.99};
+  else
+    return false;
+  if (out->dist == Dist::kSelfSimilar && (out->param <= 0 || out->param >= 1)) return false;
+  if (out->dist == Dist::kZipfian && (out->param <= 0 || out->param >= 2 || out->param == 1))
+    return false;
+  return true;
+}
+
+double zeta(uint64_t n, double theta) {
+  // Cached: every thread of a run needs the same value, and it costs O(n).
+  static std::mutex mu;
+  static std::map<std::pair<uint64_t, double>, double> cache;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = cache.find({n, theta});
+  if (it != cache.end()) return it->second;
+  double s = 0;
+  for (uint64_t i = 1; i <= n; ++i) s += 1.0 / std::pow(double(i), theta);
+  cache[{n, theta}] = s;
+  return s;
+}
+
+KeyChooser::KeyChooser(const DistSpec& d, uint64_t n, uint64_t seed) : d_(d), n_(n), rng_(seed) {
+  if (d_.dist == Dist::kZipfian || d_.dist == Dist::kLatest) {
+    double theta = d_.param;
+    zetan_ = zeta(n, theta);
+    zeta2_ = zeta(2, theta);
+    alpha_ = 1.0 / (1.0 - theta);
+    eta_ = (1 - std::pow(2.0 / double(n), 1 - theta)) / (1 - zeta2_ / zetan_);
+  }
+}
+
+uint64_t KeyChooser::zipf_rank(uint64_t n) {
+  double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+  double uz = u * zetan_;
+  if (uz < 1.0) return 0;
+  if (uz < 1.0 + std::pow(0.5, d_.param)) return 1;
+  uint64_t r = static_cast<uint64_t>(double(n) * std::pow(eta_ * u - eta_ + 1, alpha_));
+  return r >= n ? n - 1 : r;
+}
+
+uint64_t KeyChooser::next(uint64_t n_now) {
+  switch (d_.dist) {
+    case Dist::kUniform:
+      return rng_() % n_now;
+    case Dist::kZipfian:
+      return scramble(zipf_rank(n_)) % n_now;  // hot keys spread out
+    case Dist::kSelfSimilar: {
+      double u = std::uniform_real_distribution<double>(0, 1)(rng_);
+      uint64_t r = static_cast<uint64_t>(double(n_now) *
+                                         std::pow(u, std::log(d_.param) / std::log(1 - d_.param)));
+      return scramble(r >= n_now ? n_now - 1 : r) % n_now;
+    }
+    case Dist::kLatest: {
+      uint64_t r = zipf_rank(n_) % n_now;
+      return n_now - 1 - r;
+    }
+  }
+  return 0;
+}
+
+}  // namespace pmhash::bench

@@ -49,13 +49,17 @@ struct alignas(256) Bucket {
   uint64_t load_meta() const {
     return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(meta)).load(std::memory_order_acquire);
   }
-  void store_meta(uint64_t m) { std::atomic_ref<uint64_t>(meta).store(m, std::memory_order_release); }
+  void store_meta(uint64_t m) {
+    std::atomic_ref<uint64_t>(meta).store(m, std::memory_order_release);
+  }
 
   void load_tags(uint8_t out[16]) const {
     uint64_t w[2] = {common::load_word(tags[0]), common::load_word(tags[1])};
     __builtin_memcpy(out, w, 16);
   }
-  uint8_t tag(int i) const { return static_cast<uint8_t>(common::load_word(tags[i / 8]) >> (8 * (i % 8))); }
+  uint8_t tag(int i) const {
+    return static_cast<uint8_t>(common::load_word(tags[i / 8]) >> (8 * (i % 8)));
+  }
   void set_tag(int i, uint8_t t) {  // writers hold the shard lock
     uint64_t& w = tags[i / 8];
     uint64_t v = common::load_word(w);

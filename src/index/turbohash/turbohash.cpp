@@ -23,7 +23,7 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
       nshards_(root_->nshards),
       scope_(root_->scope),
       match_(ctx.runtime.get_bool("simd", true) ? common::best_tag_match()
-                                                 : common::tag_match_scalar),
+                                                : common::tag_match_scalar),
       shards_(new ShardMirror[root_->nshards]),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
   // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
@@ -153,7 +153,7 @@ Status TurboHash::get(std::string_view key, std::string* value) {
           break;
         }
       }
-      std::atomic_thread_fence(std::memory_order_acquire);
+      // Slot words are acquire loads, so this second metadata load cannot pass them.
       if (Bucket::seq(b.load_meta()) != Bucket::seq(m1)) {  // NeedRetry
         bump(ts.retries);
         continue;
@@ -340,7 +340,8 @@ Status TurboHash::resize(uint32_t shard) {
   uint64_t nn = on * 2;
   for (;; nn *= 2) {
     if (nn > kMaxShardBuckets)
-      return {Code::kPoolFull, "turbohash: shard " + std::to_string(shard) + " cannot grow further"};
+      return {Code::kPoolFull,
+              "turbohash: shard " + std::to_string(shard) + " cannot grow further"};
     nb.assign(nn, Bucket{});
     bool ok = true;
     for (const Slot& s : live)
@@ -348,8 +349,9 @@ Status TurboHash::resize(uint32_t shard) {
     if (ok) break;
   }
   pm::Reservation r = alloc_.reserve(nn * sizeof(Bucket));
-  if (!r) return {Code::kPoolFull, "pool full: cannot resize a shard to " + std::to_string(nn) +
-                                       " buckets"};
+  if (!r)
+    return {Code::kPoolFull,
+            "pool full: cannot resize a shard to " + std::to_string(nn) + " buckets"};
   const pm::Persister& p = pool_.persister();
   bool reorder = PMHASH_MUTATION(pool_, kMutationPublishBeforeWrite);
   if (!reorder) {
@@ -409,6 +411,10 @@ void TurboHash::counters(std::map<std::string, double>* out) const {
     mv += tstats_[t].moved.load(std::memory_order_relaxed);
     rt += tstats_[t].retries.load(std::memory_order_relaxed);
   }
+  (*out)["positive_reads"] = double(pr);  // raw sums: the bench takes per-phase deltas
+  (*out)["positive_probes"] = double(pp);
+  (*out)["negative_reads"] = double(nr);
+  (*out)["negative_probes"] = double(np);
   (*out)["probe_distance_positive"] = pr ? double(pp) / double(pr) : 0;
   (*out)["probe_distance_negative"] = nr ? double(np) / double(nr) : 0;
   (*out)["shard_resizes"] = double(rs);
@@ -427,7 +433,8 @@ bool TurboHash::check(std::string* report) const {
   for (uint64_t s = 0; s < nshards_ && ok; ++s) {
     uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
     const Descriptor& d = dir_[s];
-    if (d.set[d.version & 1] != packed) bad("shard " + std::to_string(s) + ": DRAM mirror differs from PM");
+    if (d.set[d.version & 1] != packed)
+      bad("shard " + std::to_string(s) + ": DRAM mirror differs from PM");
     const Bucket* b0 = shard_buckets(packed);
     uint64_t n = packed_count(packed);
     std::unordered_set<uint64_t> seen;  // key words (fixed) or item offsets' keys (variable)
@@ -436,7 +443,8 @@ bool TurboHash::check(std::string* report) const {
       const Bucket& b = b0[i];
       uint64_t m = b.meta;
       std::string where = "shard " + std::to_string(s) + " bucket " + std::to_string(i);
-      if ((Bucket::valid(m) | Bucket::deleted(m)) & ~kSlotMask) bad(where + ": bits beyond slot 13");
+      if ((Bucket::valid(m) | Bucket::deleted(m)) & ~kSlotMask)
+        bad(where + ": bits beyond slot 13");
       if (Bucket::deleted(m) & ~Bucket::valid(m)) bad(where + ": deleted slot that is not valid");
       if (std::popcount(Bucket::valid(m)) > kPathEndValid) bad(where + ": reserved slot used");
       for (uint32_t mask = Bucket::live(m); mask; mask &= mask - 1) {

@@ -15,7 +15,7 @@ namespace pmhash::turbohash {
 
 // PM root object (64 B).
 struct Root {
-  uint64_t magic;      // kRootMagic
+  uint64_t magic;  // kRootMagic
   uint64_t nshards;
   uint64_t scope;      // probing scope in buckets (MAX_DISTANCE)
   uint64_t directory;  // offset of nshards Descriptors
@@ -38,9 +38,15 @@ inline constexpr uint64_t kMutationSkipSlotFlush = 1;       // publish a slot ne
 inline constexpr uint64_t kMutationPublishBeforeWrite = 2;  // resize: publish, then write
 
 inline constexpr int kCountShift = 44;
-inline uint64_t pack(uint64_t buckets, uint64_t off) { return (buckets << kCountShift) | off; }
-inline uint64_t packed_count(uint64_t p) { return p >> kCountShift; }
-inline uint64_t packed_offset(uint64_t p) { return p & ((uint64_t{1} << kCountShift) - 1); }
+inline uint64_t pack(uint64_t buckets, uint64_t off) {
+  return (buckets << kCountShift) | off;
+}
+inline uint64_t packed_count(uint64_t p) {
+  return p >> kCountShift;
+}
+inline uint64_t packed_offset(uint64_t p) {
+  return p & ((uint64_t{1} << kCountShift) - 1);
+}
 inline constexpr uint64_t kMaxShardBuckets = (uint64_t{1} << (64 - kCountShift)) - 1;
 
 class TurboHash final : public Scheme {

@@ -1,0 +1,66 @@
+# pmhash — the front door.
+#   make test    build (warnings as errors) and run every test
+#   make bench   build a release driver and compare the schemes on an emulated-PM pool
+#   make ci      test + ASan/UBSan + TSan builds (what .ci/run runs)
+JOBS    ?= 2
+PYTHON  ?= /usr/bin/python3
+POOL_DIR ?= /dev/shm
+CMAKE_COMMON = -DPMHASH_WERROR=ON
+
+.PHONY: all deps build test test-asan test-tsan ci bench bench-suite format format-check clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B build/test $(CMAKE_COMMON) >/dev/null
+	cmake --build build/test -j$(JOBS)
+
+test: build
+	cd build/test && ctest --output-on-failure -j$(JOBS)
+
+# Sanitizer builds: lighter crash exploration (they run 5-20x slower).
+test-asan: deps
+	cmake -S . -B build/asan $(CMAKE_COMMON) -DPMHASH_SANITIZE=address,undefined \
+	  -DPMHASH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build build/asan -j$(JOBS)
+	cd build/asan && PMHASH_CRASH_LIGHT=1 ctest --output-on-failure -j$(JOBS)
+
+test-tsan: deps
+	cmake -S . -B build/tsan $(CMAKE_COMMON) -DPMHASH_SANITIZE=thread \
+	  -DPMHASH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build build/tsan -j$(JOBS)
+	cd build/tsan && PMHASH_CRASH_LIGHT=1 TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j$(JOBS)
+
+ci: test test-asan test-tsan format-check
+
+build/release/pmhash-bench: deps FORCE
+	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DPMHASH_CRASH_HOOKS=OFF \
+	  -DPMHASH_BUILD_TESTS=OFF >/dev/null
+	cmake --build build/release -j$(JOBS) --target pmhash-bench
+FORCE:
+
+# The quick suite: every scheme, fixed 8/8, 2 threads, 10M keys; a table, JSON and a plot.
+bench: build/release/pmhash-bench
+	mkdir -p results
+	build/release/pmhash-bench --suite quick --pool-dir $(POOL_DIR) --json results/quick.json \
+	  --csv results/quick.csv
+	$(PYTHON) bench/plot.py results/quick.json --out results/quick.png
+
+# One paper's experiments: make bench-suite SUITE=turbohash
+bench-suite: build/release/pmhash-bench
+	mkdir -p results
+	build/release/pmhash-bench --suite $(SUITE) --pool-dir $(POOL_DIR) \
+	  --json results/$(SUITE).json --csv results/$(SUITE).csv
+	$(PYTHON) bench/plot.py results/$(SUITE).json --out results/$(SUITE).png
+
+format:
+	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')
+
+format-check:
+	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp' '*.h')
+
+clean:
+	rm -rf build results

@@ -1,0 +1,448 @@
+#include "runner.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "index_impl.hpp"
+
+#ifdef PMHASH_HAVE_ABSL
+#include <absl/container/flat_hash_map.h>
+#endif
+
+namespace pmhash::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What a phase drives: a pmhash index or the DRAM reference.
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual Code insert(const std::string& k, const std::string& v) = 0;
+  virtual Code update(const std::string& k, const std::string& v) = 0;
+  virtual Code get(const std::string& k, std::string* v) = 0;
+  virtual Code remove(const std::string& k) = 0;
+};
+
+class IndexTarget : public Target {
+ public:
+  explicit IndexTarget(Index* i) : i_(i) {}
+  Code insert(const std::string& k, const std::string& v) override { return i_->insert(k, v).code(); }
+  Code update(const std::string& k, const std::string& v) override { return i_->update(k, v).code(); }
+  Code get(const std::string& k, std::string* v) override { return i_->get(k, v).code(); }
+  Code remove(const std::string& k) override { return i_->remove(k).code(); }
+
+ private:
+  Index* i_;
+};
+
+// The DRAM ceiling: abseil's flat_hash_map (std::unordered_map without abseil) behind 1024
+// striped reader-writer locks.
+class DramTarget : public Target {
+ public:
+  Code insert(const std::string& k, const std::string& v) override {
+    Stripe& s = stripe(k);
+    std::unique_lock g(s.mu);
+    return s.map.emplace(k, v).second ? Code::kOk : Code::kAlreadyExists;
+  }
+  Code update(const std::string& k, const std::string& v) override {
+    Stripe& s = stripe(k);
+    std::unique_lock g(s.mu);
+    auto it = s.map.find(k);
+    if (it == s.map.end()) return Code::kNotFound;
+    it->second = v;
+    return Code::kOk;
+  }
+  Code get(const std::string& k, std::string* v) override {
+    Stripe& s = stripe(k);
+    std::shared_lock g(s.mu);
+    auto it = s.map.find(k);
+    if (it == s.map.end()) return Code::kNotFound;
+    *v = it->second;
+    return Code::kOk;
+  }
+  Code remove(const std::string& k) override {
+    Stripe& s = stripe(k);
+    std::unique_lock g(s.mu);
+    return s.map.erase(k) ? Code::kOk : Code::kNotFound;
+  }
+
+ private:
+  struct alignas(64) Stripe {
+    std::shared_mutex mu;
+#ifdef PMHASH_HAVE_ABSL
+    absl::flat_hash_map<std::string, std::string> map;
+#else
+    std::unordered_map<std::string, std::string> map;
+#endif
+  };
+  Stripe& stripe(const std::string& k) { return stripes_[std::hash<std::string>{}(k) % 1024]; }
+  Stripe stripes_[1024];
+};
+
+void pin_thread(int t) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(t % std::max(1, static_cast<int>(std::thread::hardware_concurrency())), &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+struct ThreadOut {
+  uint64_t ok = 0, failed = 0;
+  PersistCounters persist;
+  std::vector<uint32_t> lat_ns;  // every 16th op
+};
+
+double percentile(std::vector<uint32_t>& v, double p) {
+  if (v.empty()) return 0;
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * double(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
+  return v[i];
+}
+
+class Runner {
+ public:
+  Runner(const RunConfig& c, std::vector<Row>* rows) : c_(c), ks_(c.format == Format::kFixed, c.key_size, c.value_size), rows_(rows) {}
+
+  bool go(std::string* error);
+
+ private:
+  // One timed phase: `op(thread, i, bufs...)` returns whether the op succeeded.
+  template <class Op>
+  void phase(const std::string& name, uint64_t total, Op op, bool expect_all_ok,
+             bool expect_none_ok);
+  Row base_row(const std::string& workload) const;
+  void add_index_state(Row& r);
+  bool run_workload(const std::string& w);
+  void lfsweep();
+  bool recovery(std::string* error);
+
+  const RunConfig& c_;
+  KeySpace ks_;
+  std::vector<Row>* rows_;
+  std::string path_;
+  Options opts_;
+  std::unique_ptr<Index> index_;
+  std::unique_ptr<Target> target_;
+  std::atomic<uint64_t> next_id_{0};  // ids inserted so far (load + inserts)
+  std::map<std::string, double> counters_before_;
+  uint64_t version_ = 1;
+  const DistSpec* phase_dist_ = nullptr;  // a workload's own distribution (YCSB-D: latest)
+};
+
+Row Runner::base_row(const std::string& workload) const {
+  Row r;
+  r.tags["scheme"] = c_.variant == "dram" ? "dram" : c_.scheme;
+  r.tags["variant"] = c_.variant;
+  r.tags["format"] = format_name(c_.format);
+  r.tags["workload"] = workload;
+  r.tags["dist"] = c_.dist.name();
+  if (!c_.label.empty()) r.tags["label"] = c_.label;
+  r.values["threads"] = c_.threads;
+  r.values["keys"] = double(c_.keys);
+  r.values["key_size"] = double(ks_.key_size());
+  r.values["value_size"] = double(ks_.value_size());
+  r.values["delay_ns"] = c_.delay_ns;
+  if (index_) r.tags["mode"] = mode_name(index_->stats().mode);
+  return r;
+}
+
+void Runner::add_index_state(Row& r) {
+  if (!index_) return;
+  Stats s = index_->stats();
+  r.values["size"] = double(s.size);
+  r.values["load_factor"] = s.load_factor;
+  r.values["dram_bytes_per_key"] = s.size ? double(s.dram_bytes) / double(s.size) : 0;
+  r.values["pm_bytes_per_key"] = s.size ? double(s.pm_bytes) / double(s.size) : 0;
+  for (auto& [k, v] : s.counters) {
+    r.values["c." + k] = v;
+    auto it = counters_before_.find(k);
+    r.values["d." + k] = v - (it == counters_before_.end() ? 0 : it->second);
+  }
+  counters_before_ = s.counters;
+}
+
+template <class Op>
+void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_all_ok,
+                   bool expect_none_ok) {
+  int T = c_.threads;
+  std::vector<ThreadOut> outs(T);
+  std::atomic<uint64_t> progress{0};
+  std::atomic<bool> done{false};
+  std::atomic<int> ready{0};
+  std::atomic<bool> start{false};
+  std::vector<std::thread> ts;
+  if (index_) counters_before_ = index_->stats().counters;
+  for (int t = 0; t < T; ++t) {
+    ts.emplace_back([&, t] {
+      if (c_.pin) pin_thread(t);
+      std::string k, v, out;
+      std::mt19937_64 rng(c_.seed * 1000 + t * 7 + std::hash<std::string>{}(name));
+      KeyChooser chooser(phase_dist_ ? *phase_dist_ : c_.dist, std::max<uint64_t>(1, c_.keys), rng());
+      uint64_t n = total / T + (uint64_t(t) < total % T ? 1 : 0);
+      ThreadOut& o = outs[t];
+      o.lat_ns.reserve(n / 16 + 1);
+      ready++;
+      while (!start.load()) std::this_thread::yield();
+      PersistCounters p0 = thread_persist_counters();
+      for (uint64_t i = 0; i < n; ++i) {
+        bool sample = (i & 15) == 0;
+        Clock::time_point t0;
+        if (sample) t0 = Clock::now();
+        bool ok = op(t, i, rng, chooser, k, v, out);
+        if (sample)
+          o.lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
+              UINT32_MAX, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count())));
+        ok ? o.ok++ : o.failed++;
+        if ((i & 1023) == 1023) progress.fetch_add(1024, std::memory_order_relaxed);
+      }
+      PersistCounters p1 = thread_persist_counters();
+      o.persist = {p1.flushes - p0.flushes, p1.fences - p0.fences, p1.bytes_flushed - p0.bytes_flushed};
+    });
+  }
+  while (ready.load() < T) std::this_thread::yield();
+  auto t0 = Clock::now();
+  start = true;
+  std::thread bar;
+  if (c_.progress && isatty(2)) {
+    bar = std::thread([&] {
+      auto begin = Clock::now();
+      while (!done.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (Clock::now() - begin < std::chrono::seconds(1)) continue;
+        std::fprintf(stderr, "\r  %-10s %-8s %-10s %3d%%", base_row("").tags["scheme"].c_str(),
+                     c_.variant.c_str(), name.c_str(),
+                     int(100.0 * double(progress.load()) / double(std::max<uint64_t>(total, 1))));
+      }
+      std::fprintf(stderr, "\r%60s\r", "");
+    });
+  }
+  for (auto& t : ts) t.join();
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  done = true;
+  if (bar.joinable()) bar.join();
+
+  Row r = base_row(name);
+  uint64_t ok = 0, failed = 0;
+  PersistCounters pc;
+  std::vector<uint32_t> lat;
+  for (auto& o : outs) {
+    ok += o.ok;
+    failed += o.failed;
+    pc.flushes += o.persist.flushes;
+    pc.fences += o.persist.fences;
+    pc.bytes_flushed += o.persist.bytes_flushed;
+    lat.insert(lat.end(), o.lat_ns.begin(), o.lat_ns.end());
+  }
+  double n = double(std::max<uint64_t>(total, 1));
+  r.values["ops"] = double(total);
+  r.values["succeeded"] = double(ok);
+  r.values["failed"] = double(failed);
+  r.values["seconds"] = secs;
+  r.values["mops"] = double(total) / secs / 1e6;
+  r.values["flushes_per_op"] = double(pc.flushes) / n;
+  r.values["fences_per_op"] = double(pc.fences) / n;
+  r.values["bytes_flushed_per_op"] = double(pc.bytes_flushed) / n;
+  for (auto [p, key] : {std::pair{0.5, "p50_ns"}, {0.9, "p90_ns"}, {0.99, "p99_ns"},
+                        {0.999, "p999_ns"}, {0.9999, "p9999_ns"}})
+    r.values[key] = percentile(lat, p);
+  r.values["expect_all_ok"] = expect_all_ok;
+  r.values["expect_none_ok"] = expect_none_ok;
+  add_index_state(r);
+  rows_->push_back(std::move(r));
+}
+
+bool Runner::run_workload(const std::string& w) {
+  Target& tg = *target_;
+  uint64_t N = std::max<uint64_t>(1, c_.keys);
+  auto& ks = ks_;
+  auto& next = next_id_;
+  uint64_t ver = ++version_;
+  auto read = [&](uint64_t id, std::string& k, std::string& out) {
+    ks.key(id, &k);
+    return tg.get(k, &out) == Code::kOk;
+  };
+  auto update = [&](uint64_t id, std::string& k, std::string& v) {
+    ks.key(id, &k);
+    ks.value(id, ver, &v);
+    return tg.update(k, v) == Code::kOk;
+  };
+  auto insert_new = [&](std::string& k, std::string& v) {
+    uint64_t id = next.fetch_add(1);
+    ks.key(id, &k);
+    ks.value(id, 0, &v);
+    return tg.insert(k, v) == Code::kOk;
+  };
+  constexpr uint64_t kAbsent = uint64_t{1} << 62;  // ids never inserted
+  if (w == "read") {
+    phase(w, c_.ops, [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
+      return read(ch.next(N), k, o);
+    }, true, false);
+  } else if (w == "negread") {
+    phase(w, c_.ops, [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+      return read(kAbsent + rng() % (N * 4), k, o);
+    }, false, true);
+  } else if (w == "update") {
+    phase(w, c_.ops, [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string& v, std::string&) {
+      return update(ch.next(N), k, v);
+    }, true, false);
+  } else if (w == "insert") {
+    phase(w, c_.ops, [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+      return insert_new(k, v);
+    }, true, false);
+  } else if (w == "delete") {  // each thread deletes its own loaded ids: all must succeed
+    uint64_t total = std::min(c_.ops, N);
+    int T = c_.threads;
+    phase(w, total, [&, T](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
+      ks.key(i * T + t, &k);
+      return tg.remove(k) == Code::kOk;
+    }, true, false);
+  } else if (w == "mixed") {  // 50% inserts of new keys, 50% positive reads (PMEH, HDNH)
+    phase(w, c_.ops, [&](int, uint64_t, auto& rng, KeyChooser& ch, std::string& k, std::string& v, std::string& o) {
+      return rng() & 1 ? insert_new(k, v) : read(ch.next(N), k, o);
+    }, true, false);
+  } else if (w.rfind("ycsb-", 0) == 0) {
+    char y = w.size() == 6 ? w[5] : '?';
+    int read_pct = y == 'a' ? 50 : y == 'b' ? 95 : y == 'c' ? 100 : y == 'd' ? 95 : y == 'f' ? 50 : -1;
+    if (read_pct < 0) return false;
+    DistSpec latest{Dist::kLatest, 0.99};
+    if (y == 'd') phase_dist_ = &latest;
+    phase(w, c_.ops, [&, y, read_pct](int, uint64_t, auto& rng, KeyChooser& ch, std::string& k, std::string& v, std::string& o) {
+      bool is_read = int(rng() % 100) < read_pct;
+      if (y == 'd') {  // read the latest inserts, insert new keys
+        if (!is_read) return insert_new(k, v);
+        return read(ch.next(next.load(std::memory_order_relaxed)), k, o);
+      }
+      uint64_t id = ch.next(N);
+      if (is_read) return read(id, k, o);
+      if (y == 'f') {  // read-modify-write
+        if (!read(id, k, o)) return false;
+        return update(id, k, v);
+      }
+      return update(id, k, v);
+    }, true, false);
+    phase_dist_ = nullptr;
+  } else if (w == "lfsweep") {
+    lfsweep();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Load factor and probe distance over inserts (TurboHash Fig. 1/10, SmartHT's load factor):
+// insert in 20 steps; after each, 50K positive and 50K negative reads.
+void Runner::lfsweep() {
+  uint64_t step = std::max<uint64_t>(1, c_.ops / 20);
+  for (int s = 0; s < 20; ++s) {
+    phase("lfsweep-insert", step, [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+      uint64_t id = next_id_.fetch_add(1);
+      ks_.key(id, &k);
+      ks_.value(id, 0, &v);
+      return target_->insert(k, v) == Code::kOk;
+    }, true, false);
+    uint64_t n = next_id_.load();
+    phase("lfsweep-read", 50000, [&, n](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+      ks_.key(rng() % n, &k);
+      return target_->get(k, &o) == Code::kOk;
+    }, true, false);
+    phase("lfsweep-negread", 50000, [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+      ks_.key((uint64_t{1} << 62) + rng() % (1ull << 40), &k);
+      return target_->get(k, &o) == Code::kOk;
+    }, false, true);
+  }
+}
+
+bool Runner::recovery(std::string* error) {
+  uint64_t size = index_->size();
+  Options o = opts_;
+  o.create = false;
+  for (bool clean : {true, false}) {
+    if (clean) {
+      index_->close().ok();
+    } else {
+      index_->impl()->closed = true;  // dropped without a clean shutdown: a process crash
+    }
+    index_.reset();
+    Status s = Index::open(path_, o, &index_);
+    if (!s.ok()) {
+      *error = "reopen failed: " + s.to_string();
+      return false;
+    }
+    Row r = base_row(clean ? "recover-clean" : "recover-crash");
+    Stats st = index_->stats();
+    r.values["recovery_ms"] = st.open_ms;
+    r.values["size"] = double(st.size);
+    r.values["keys_intact"] = st.size == size ? 1 : 0;
+    rows_->push_back(std::move(r));
+  }
+  return true;
+}
+
+bool Runner::go(std::string* error) {
+  if (c_.variant == "dram") {
+    target_ = std::make_unique<DramTarget>();
+  } else {
+    static std::atomic<int> n{0};
+    path_ = c_.pool_dir + "/pmhash-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".pool";
+    unlink(path_.c_str());
+    opts_.scheme = c_.scheme;
+    opts_.format = c_.format;
+    opts_.mode = c_.variant == "off" ? Mode::kNone : c_.mode;
+    opts_.pm_write_delay_ns = c_.delay_ns;
+    opts_.capacity_hint = c_.capacity_hint;
+    opts_.params = c_.params;
+    uint64_t item = c_.format == Format::kFixed ? 16 : 64 + c_.key_size + c_.value_size;
+    uint64_t keys_total = c_.keys + c_.ops * 2;
+    opts_.pool_size = c_.pool_size ? c_.pool_size : std::max<uint64_t>(1ull << 30, keys_total * item * 8);
+    Status s = Index::open(path_, opts_, &index_);
+    if (!s.ok()) {
+      *error = "cannot open " + path_ + ": " + s.to_string();
+      return false;
+    }
+    target_ = std::make_unique<IndexTarget>(index_.get());
+  }
+  if (c_.keys > 0) {
+    uint64_t N = c_.keys;
+    int T = c_.threads;
+    next_id_ = N;
+    phase("load", N, [&, T, N](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+      uint64_t id = i * T + t;
+      if (id >= N) return false;
+      ks_.key(id, &k);
+      ks_.value(id, 0, &v);
+      return target_->insert(k, v) == Code::kOk;
+    }, true, false);
+  }
+  for (auto& w : c_.workloads)
+    if (!run_workload(w)) {
+      *error = "unknown workload '" + w + "'";
+      return false;
+    }
+  bool ok = true;
+  if (index_ && c_.recovery && c_.variant == "pm") ok = recovery(error);
+  index_.reset();
+  target_.reset();
+  if (!path_.empty()) unlink(path_.c_str());
+  return ok;
+}
+
+}  // namespace
+
+bool run(const RunConfig& cfg, std::vector<Row>* rows, std::string* error) {
+  Runner r(cfg, rows);
+  return r.go(error);
+}
+
+}  // namespace pmhash::bench

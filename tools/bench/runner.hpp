@@ -1,0 +1,50 @@
+// pmhash-bench's engine: runs one configuration (scheme, variant, format, threads, keys,
+// workloads) and returns one row per measurement.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pmhash/index.hpp"
+#include "workload.hpp"
+
+namespace pmhash::bench {
+
+struct RunConfig {
+  std::string scheme = "turbohash";
+  // "pm": the pool's persistence mode; "off": persistence off (flush/fence do nothing);
+  // "dram": the DRAM reference table (abseil flat_hash_map behind striped locks).
+  std::string variant = "pm";
+  Format format = Format::kFixed;
+  size_t key_size = 8, value_size = 8;
+  int threads = 1;
+  uint64_t keys = 1'000'000;  // loaded in the load phase
+  uint64_t ops = 1'000'000;   // per run-phase workload
+  DistSpec dist;
+  // load is implicit; then any of: insert read negread update delete mixed ycsb-a ycsb-b
+  // ycsb-c ycsb-d ycsb-f; and lfsweep (load factor / probe distance over inserts).
+  std::vector<std::string> workloads = {"read"};
+  Mode mode = Mode::kAuto;
+  std::string pool_dir = "/dev/shm";
+  uint64_t pool_size = 0;  // 0: sized from keys
+  uint32_t delay_ns = 0;
+  uint64_t capacity_hint = 0;
+  std::map<std::string, std::string> params;
+  std::string label;  // free text naming the experiment (e.g. "scope=8")
+  bool recovery = true;
+  bool pin = true;
+  bool progress = true;
+  uint64_t seed = 1;
+};
+
+struct Row {
+  std::map<std::string, std::string> tags;
+  std::map<std::string, double> values;
+};
+
+// Returns false (with *error) when the index cannot be opened or a phase cannot run.
+bool run(const RunConfig& cfg, std::vector<Row>* rows, std::string* error);
+
+}  // namespace pmhash::bench
