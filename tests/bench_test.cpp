@@ -28,8 +28,8 @@ TEST(Bench, CountsAddUpForEveryWorkload) {
       c.ops = 2000;
       c.pool_size = 256u << 20;
       c.progress = false;
-      c.workloads = {"read",   "negread", "update", "insert", "mixed", "ycsb-a",
-                     "ycsb-b", "ycsb-c",  "ycsb-f", "delete"};
+      c.workloads = {"read",   "negread", "update", "insert", "mixed",
+                     "ycsb-a", "ycsb-b",  "ycsb-c", "ycsb-f", "delete"};
       std::vector<bench::Row> rows;
       std::string err;
       ASSERT_TRUE(bench::run(c, &rows, &err)) << err;

@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "index_impl.hpp"
 #include "model.hpp"
@@ -28,8 +32,35 @@ void CrashSim::on_map(char* base, size_t size) {
   pending_.clear();
 }
 
+// In multi-threaded mode every hook call takes mu_: while one thread is at a crash point,
+// the others park at their next flush or fence.
+std::unique_lock<std::mutex> CrashSim::park() {
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  if (multi_threaded) {
+    parked_++;
+    lk.lock();
+    parked_--;
+  }
+  return lk;
+}
+
+void CrashSim::op_begin() {
+  if (!multi_threaded) return;
+  for (;;) {  // no operation starts while the world is stopped
+    busy_++;
+    if (!stop_.load()) return;
+    busy_--;
+    while (stop_.load()) std::this_thread::yield();
+  }
+}
+
+void CrashSim::op_end() {
+  if (multi_threaded) busy_--;
+}
+
 void CrashSim::on_flush(const void* addr, size_t len) {
   if (base_ == nullptr) return;
+  auto lk = park();
   uint64_t start = static_cast<uint64_t>(static_cast<const char*>(addr) - base_);
   for (uint64_t line = start / 64; line * 64 < start + len; ++line) {
     std::array<char, 64> c;
@@ -40,10 +71,20 @@ void CrashSim::on_flush(const void* addr, size_t len) {
 
 void CrashSim::on_fence() {
   if (base_ == nullptr) return;
+  auto lk = park();
   ++fences_;
-  if (at_crash_point && !in_callback_) {
+  if (at_crash_point && !in_callback_ && fences_ % crash_every == 0) {
     in_callback_ = true;
+    if (multi_threaded) {
+      // Stop the world: every other thread inside an operation parks at its next primitive
+      // call (or is blocked on a lock this thread holds: bounded wait).
+      stop_ = true;
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+      while (parked_.load() + 1 < busy_.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    }
     at_crash_point();
+    stop_ = false;
     in_callback_ = false;
   }
   for (auto& [line, c] : pending_) std::memcpy(image_.data() + line * 64, c.data(), 64);
@@ -152,10 +193,11 @@ Code apply(Index& idx, const Op& op, std::string* got) {
 
 class OpGen {
  public:
-  OpGen(uint64_t seed, int keys, bool fixed) : rng_(seed), keys_(keys), fixed_(fixed) {}
+  OpGen(uint64_t seed, int keys, bool fixed, uint64_t key_base = 0)
+      : rng_(seed), keys_(keys), fixed_(fixed), base_(key_base) {}
   Op next(int ramp_until, int i) {
     Op op;
-    uint64_t k = rng_() % keys_;
+    uint64_t k = base_ + rng_() % keys_;
     int r = static_cast<int>(rng_() % 100);
     if (i < ramp_until) r = 0;  // fill first, so tables grow (and resize)
     op.kind = r < 40   ? OpKind::kInsert
@@ -172,6 +214,7 @@ class OpGen {
   std::mt19937_64 rng_;
   uint64_t keys_;
   bool fixed_;
+  uint64_t base_;
   uint32_t version_ = 0;
 };
 
@@ -187,15 +230,28 @@ void write_file(const std::string& path, const std::vector<char>& buf) {
 }
 
 struct Harness {
+  Harness(const CrashConfig& c, CrashResult& r)
+      : cfg(c),
+        res(r),
+        fixed(c.format == Format::kFixed),
+        img_path(temp_pool_path("crash-img")),
+        img2_path(temp_pool_path("crash-img2")) {}
   const CrashConfig& cfg;
   CrashResult& res;
   bool fixed;
   Options opts;
-  Model acked;                 // every acknowledged operation applied
-  std::optional<Op> inflight;  // the operation the crash interrupts
-  bool creating = true;        // the crash interrupts pool creation
   std::string img_path, img2_path;
+  bool creating = true;  // the crash interrupts pool creation
   uint64_t point = 0;
+
+  // Acknowledged state and the operations in flight (one per worker thread; workers own
+  // disjoint keys). Workers update it at operation boundaries; a crash point snapshots it.
+  std::mutex state_mu;
+  Model acked;
+  std::vector<std::optional<Op>> inflight;
+  // The snapshot the current crash point is checked against.
+  Model snap_acked;
+  std::vector<Op> snap_inflight;
 
   void fail(const std::string& what) {
     res.failures++;
@@ -203,7 +259,9 @@ struct Harness {
       res.messages.push_back("crash point " + std::to_string(res.crash_points) + ": " + what);
   }
 
-  // The oracle, on a recovered index. Returns the model it matched (for the follow-up).
+  // The oracle, on a recovered index: every key not touched by an in-flight operation has
+  // its acknowledged value; each in-flight key has its value from before or after its
+  // operation. Returns the model of what it found (for the follow-up).
   bool verify(Index& idx, Model* matched, const std::string& where) {
     std::string report;
     if (!idx.impl()->check(&report)) {
@@ -225,26 +283,48 @@ struct Harness {
         fail(where + ": torn value");
         return false;
       }
-    Model after = acked;
-    if (inflight) apply(after, *inflight);
-    const auto& a = acked.items();
-    const auto& b = after.items();
-    bool is_before = got == a, is_after = got == b;
-    if (!is_before && !is_after) {
-      std::string detail;
-      for (auto& [k, v] : a)
-        if (!got.count(k))
-          detail = "acknowledged key lost";
-        else if (got.at(k) != v && !(inflight && k == inflight->key))
-          detail = "acknowledged value lost";
-      for (auto& [k, v] : got)
-        if (!a.count(k) && !(inflight && k == inflight->key)) detail = "key that was never written";
-      fail(where + ": contents match neither before nor after the in-flight op (" +
-           (detail.empty() ? "in-flight op partially applied" : detail) + ")");
+    const auto& a = snap_acked.items();
+    std::map<std::string, std::pair<std::optional<std::string>, std::optional<std::string>>> alt;
+    for (const Op& op : snap_inflight) {
+      Model one;
+      std::string v;
+      if (snap_acked.get(op.key, &v) == Code::kOk) one.upsert(op.key, v);
+      std::optional<std::string> before, after;
+      if (one.get(op.key, &v) == Code::kOk) before = v;
+      apply(one, op);
+      if (one.get(op.key, &v) == Code::kOk) after = v;
+      alt[op.key] = {before, after};
+    }
+    std::string detail;
+    auto value_at = [](const std::map<std::string, std::string>& m, const std::string& k) {
+      auto it = m.find(k);
+      return it == m.end() ? std::optional<std::string>() : std::optional<std::string>(it->second);
+    };
+    std::set<std::string> keys;
+    for (auto& [k, v] : got) keys.insert(k);
+    for (auto& [k, v] : a) keys.insert(k);
+    for (auto& [k, v] : alt) keys.insert(k);
+    for (const std::string& k : keys) {
+      std::optional<std::string> g = value_at(got, k), want = value_at(a, k);
+      auto it = alt.find(k);
+      if (it != alt.end()) {
+        if (g != it->second.first && g != it->second.second)
+          detail = "an in-flight operation was partially applied";
+      } else if (g != want) {
+        detail = !g      ? "acknowledged key lost"
+                 : !want ? "key that was never written"
+                         : "acknowledged value lost";
+      }
+      if (!detail.empty()) break;
+    }
+    if (!detail.empty()) {
+      fail(where + ": " + detail);
       return false;
     }
     if (idx.size() != got.size()) fail(where + ": size() disagrees with the contents");
-    *matched = is_after ? after : acked;
+    Model m;
+    for (auto& [k, v] : got) m.upsert(k, v);
+    *matched = m;
     return true;
   }
 
@@ -269,7 +349,7 @@ struct Harness {
   }
 
   // Opens a crash image; with `nested`, also crashes inside its recovery.
-  std::string mix_name = "";
+  std::string mix_name;
   void recover_and_verify(const std::string& path, bool nested, bool do_followup) {
     Options o = opts;
     o.create = false;
@@ -297,16 +377,23 @@ struct Harness {
       if (!(creating && s.code() == Code::kNotAPool)) fail("recovery failed: " + s.to_string());
       return;
     }
-    Model m;
     std::string where =
         std::string(nested ? "after recovery (crashed once inside it)" : "after recovery") + " [" +
-        mix_name + (inflight ? ", in flight: op " + std::to_string(int(inflight->kind)) : "") + "]";
+        mix_name + ", " + std::to_string(snap_inflight.size()) + " op(s) in flight]";
+    Model m;
     if (verify(*idx, &m, where) && do_followup) followup(*idx, m);
   }
 
   void at_crash_point(CrashSim& sim) {
     res.crash_points++;
     ++point;
+    {
+      std::lock_guard<std::mutex> g(state_mu);
+      snap_acked = acked;
+      snap_inflight.clear();
+      for (auto& op : inflight)
+        if (op) snap_inflight.push_back(*op);
+    }
     std::vector<char> buf;
     std::vector<std::pair<CrashSim::Mix, uint64_t>> mixes = {{CrashSim::Mix::kAllOld, 0},
                                                              {CrashSim::Mix::kAllNew, 0}};
@@ -315,15 +402,45 @@ struct Harness {
       mixes.push_back({CrashSim::Mix::kPerWord, cfg.seed * 1000033 + point * 19 + i});
     }
     if (sim.dirty_words() == 0) mixes.resize(1);  // every image would be the same
+    static const char* names[] = {"all old", "all new", "per line", "per word"};
     for (size_t i = 0; i < mixes.size(); ++i) {
       sim.make_image(mixes[i].first, mixes[i].second, &buf);
-      static const char* names[] = {"all old", "all new", "per line", "per word"};
-      mix_name = names[int(mixes[i].first)];
+      mix_name = names[static_cast<int>(mixes[i].first)];
       write_file(img_path, buf);
       bool nested = cfg.recovery_crash_every > 0 && point % cfg.recovery_crash_every == 0 &&
                     i + 1 == mixes.size();
       bool fu = cfg.followup_every > 0 && (res.states % cfg.followup_every) == 0;
       recover_and_verify(img_path, nested, fu);
+    }
+  }
+
+  // One worker: its own keys (offset by thread), its own op sequence.
+  void worker(Index& idx, CrashSim& sim, int t) {
+    OpGen gen(cfg.seed + 1000 * t, cfg.keys, fixed, uint64_t(t) * 1000000);
+    std::string got, want;
+    for (int i = 0; i < cfg.ops && res.failures == 0; ++i) {
+      Op op = gen.next(cfg.keys / 2, i);
+      sim.op_begin();
+      {
+        std::lock_guard<std::mutex> g(state_mu);
+        inflight[t] = op;
+      }
+      Code c = apply(idx, op, &got);
+      Code e;
+      bool wrong_value = false;
+      {
+        std::lock_guard<std::mutex> g(state_mu);
+        inflight[t].reset();
+        e = apply(acked, op);
+        wrong_value =
+            op.kind == OpKind::kGet && c == Code::kOk && (acked.get(op.key, &want), want != got);
+      }
+      sim.op_end();
+      if (c != e || wrong_value) {
+        std::lock_guard<std::mutex> g(state_mu);
+        fail("workload op " + std::to_string(i) + " of thread " + std::to_string(t) + " returned " +
+             code_name(c) + ", model " + code_name(e) + (wrong_value ? " (wrong value)" : ""));
+      }
     }
   }
 };
@@ -332,22 +449,17 @@ struct Harness {
 
 CrashResult run_crash_test(const CrashConfig& cfg) {
   CrashResult res;
-  Harness h{cfg,
-            res,
-            cfg.format == Format::kFixed,
-            {},
-            {},
-            {},
-            true,
-            temp_pool_path("crash-img"),
-            temp_pool_path("crash-img2")};
+  Harness h(cfg, res);
   h.opts.scheme = cfg.scheme;
   h.opts.format = cfg.format;
   h.opts.mode = Mode::kEmulated;
   h.opts.pool_size = cfg.pool_size;
   h.opts.params = cfg.params;
+  h.inflight.resize(cfg.threads);
   std::string path = temp_pool_path("crash-main");
   CrashSim sim;
+  sim.multi_threaded = cfg.threads > 1;
+  sim.crash_every = cfg.crash_every;
   sim.at_crash_point = [&] { h.at_crash_point(sim); };
   OpenHooks hooks;
   hooks.persist_hook = &sim;
@@ -360,20 +472,9 @@ CrashResult run_crash_test(const CrashConfig& cfg) {
     if (!s.ok()) {
       h.fail("create failed: " + s.to_string());
     } else {
-      OpGen gen(cfg.seed, cfg.keys, h.fixed);
-      std::string got, want;
-      for (int i = 0; i < cfg.ops && res.failures == 0; ++i) {
-        Op op = gen.next(cfg.keys / 2, i);
-        h.inflight = op;
-        Code c = apply(*idx, op, &got);
-        h.inflight.reset();
-        Code e = apply(h.acked, op);
-        if (c != e)
-          h.fail("workload op " + std::to_string(i) + " returned " + code_name(c) + ", model " +
-                 code_name(e));
-        if (op.kind == OpKind::kGet && c == Code::kOk && (h.acked.get(op.key, &want), want != got))
-          h.fail("workload get returned a wrong value");
-      }
+      std::vector<std::thread> ts;
+      for (int t = 0; t < cfg.threads; ++t) ts.emplace_back([&, t] { h.worker(*idx, sim, t); });
+      for (auto& t : ts) t.join();
       idx->impl()->scheme->counters(&res.counters);
       sim.at_crash_point = nullptr;
     }

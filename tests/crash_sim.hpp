@@ -9,9 +9,11 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,6 +36,13 @@ class CrashSim : public pm::PersistHook {
   // Builds a crash image of the current crash point.
   void make_image(Mix mix, uint64_t seed, std::vector<char>* out);
   uint64_t fences() const { return fences_; }
+  // Multi-threaded mode: the harness brackets each operation, so no operation starts while
+  // a crash point is being explored; hook calls serialize, so other threads park at their
+  // next primitive call (stop the world).
+  bool multi_threaded = false;
+  uint64_t crash_every = 1;  // crash at every n-th fence
+  void op_begin();
+  void op_end();
   size_t dirty_words() { return dirty().size(); }
 
  private:
@@ -52,6 +61,10 @@ class CrashSim : public pm::PersistHook {
   bool in_callback_ = false;
   std::vector<Dirty> dirty_;
   uint64_t dirty_at_ = ~uint64_t{0};  // fence count dirty_ was computed at
+  std::unique_lock<std::mutex> park();
+  std::mutex mu_;
+  std::atomic<int> parked_{0}, busy_{0};
+  std::atomic<bool> stop_{false};
 };
 
 struct CrashConfig {
@@ -67,6 +80,8 @@ struct CrashConfig {
   uint64_t mutations = 0;        // fault injection (the harness must then fail)
   uint64_t pool_size = 2u << 20;
   uint64_t chunk_size = 64u << 10;
+  int threads = 1;           // > 1: concurrent workers on disjoint keys, stop-the-world crashes
+  uint64_t crash_every = 1;  // crash at every n-th fence
 };
 
 struct CrashResult {

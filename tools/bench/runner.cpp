@@ -38,8 +38,12 @@ class Target {
 class IndexTarget : public Target {
  public:
   explicit IndexTarget(Index* i) : i_(i) {}
-  Code insert(const std::string& k, const std::string& v) override { return i_->insert(k, v).code(); }
-  Code update(const std::string& k, const std::string& v) override { return i_->update(k, v).code(); }
+  Code insert(const std::string& k, const std::string& v) override {
+    return i_->insert(k, v).code();
+  }
+  Code update(const std::string& k, const std::string& v) override {
+    return i_->update(k, v).code();
+  }
   Code get(const std::string& k, std::string* v) override { return i_->get(k, v).code(); }
   Code remove(const std::string& k) override { return i_->remove(k).code(); }
 
@@ -87,7 +91,9 @@ class DramTarget : public Target {
     std::unordered_map<std::string, std::string> map;
 #endif
   };
-  Stripe& stripe(const std::string& k) { return stripes_[std::hash<std::string>{}(k) % 1024]; }
+  Stripe& stripe(const std::string& k) {
+    return stripes_[std::hash<std::string>{}(k) % 1024];
+  }
   Stripe stripes_[1024];
 };
 
@@ -113,7 +119,8 @@ double percentile(std::vector<uint32_t>& v, double p) {
 
 class Runner {
  public:
-  Runner(const RunConfig& c, std::vector<Row>* rows) : c_(c), ks_(c.format == Format::kFixed, c.key_size, c.value_size), rows_(rows) {}
+  Runner(const RunConfig& c, std::vector<Row>* rows)
+      : c_(c), ks_(c.format == Format::kFixed, c.key_size, c.value_size), rows_(rows) {}
 
   bool go(std::string* error);
 
@@ -189,7 +196,8 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
       if (c_.pin) pin_thread(t);
       std::string k, v, out;
       std::mt19937_64 rng(c_.seed * 1000 + t * 7 + std::hash<std::string>{}(name));
-      KeyChooser chooser(phase_dist_ ? *phase_dist_ : c_.dist, std::max<uint64_t>(1, c_.keys), rng());
+      KeyChooser chooser(phase_dist_ ? *phase_dist_ : c_.dist, std::max<uint64_t>(1, c_.keys),
+                         rng());
       uint64_t n = total / T + (uint64_t(t) < total % T ? 1 : 0);
       ThreadOut& o = outs[t];
       o.lat_ns.reserve(n / 16 + 1);
@@ -203,12 +211,14 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
         bool ok = op(t, i, rng, chooser, k, v, out);
         if (sample)
           o.lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
-              UINT32_MAX, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count())));
+              UINT32_MAX,
+              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count())));
         ok ? o.ok++ : o.failed++;
         if ((i & 1023) == 1023) progress.fetch_add(1024, std::memory_order_relaxed);
       }
       PersistCounters p1 = thread_persist_counters();
-      o.persist = {p1.flushes - p0.flushes, p1.fences - p0.fences, p1.bytes_flushed - p0.bytes_flushed};
+      o.persist = {p1.flushes - p0.flushes, p1.fences - p0.fences,
+                   p1.bytes_flushed - p0.bytes_flushed};
     });
   }
   while (ready.load() < T) std::this_thread::yield();
@@ -254,8 +264,11 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
   r.values["flushes_per_op"] = double(pc.flushes) / n;
   r.values["fences_per_op"] = double(pc.fences) / n;
   r.values["bytes_flushed_per_op"] = double(pc.bytes_flushed) / n;
-  for (auto [p, key] : {std::pair{0.5, "p50_ns"}, {0.9, "p90_ns"}, {0.99, "p99_ns"},
-                        {0.999, "p999_ns"}, {0.9999, "p9999_ns"}})
+  for (auto [p, key] : {std::pair{0.5, "p50_ns"},
+                        {0.9, "p90_ns"},
+                        {0.99, "p99_ns"},
+                        {0.999, "p999_ns"},
+                        {0.9999, "p9999_ns"}})
     r.values[key] = percentile(lat, p);
   r.values["expect_all_ok"] = expect_all_ok;
   r.values["expect_none_ok"] = expect_none_ok;
@@ -286,52 +299,78 @@ bool Runner::run_workload(const std::string& w) {
   };
   constexpr uint64_t kAbsent = uint64_t{1} << 62;  // ids never inserted
   if (w == "read") {
-    phase(w, c_.ops, [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
-      return read(ch.next(N), k, o);
-    }, true, false);
+    phase(
+        w, c_.ops,
+        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
+          return read(ch.next(N), k, o);
+        },
+        true, false);
   } else if (w == "negread") {
-    phase(w, c_.ops, [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-      return read(kAbsent + rng() % (N * 4), k, o);
-    }, false, true);
+    phase(
+        w, c_.ops,
+        [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+          return read(kAbsent + rng() % (N * 4), k, o);
+        },
+        false, true);
   } else if (w == "update") {
-    phase(w, c_.ops, [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string& v, std::string&) {
-      return update(ch.next(N), k, v);
-    }, true, false);
+    phase(
+        w, c_.ops,
+        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string& v, std::string&) {
+          return update(ch.next(N), k, v);
+        },
+        true, false);
   } else if (w == "insert") {
-    phase(w, c_.ops, [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
-      return insert_new(k, v);
-    }, true, false);
+    phase(
+        w, c_.ops,
+        [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+          return insert_new(k, v);
+        },
+        true, false);
   } else if (w == "delete") {  // each thread deletes its own loaded ids: all must succeed
     uint64_t total = std::min(c_.ops, N);
     int T = c_.threads;
-    phase(w, total, [&, T](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
-      ks.key(i * T + t, &k);
-      return tg.remove(k) == Code::kOk;
-    }, true, false);
+    phase(
+        w, total,
+        [&, T](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
+          ks.key(i * T + t, &k);
+          return tg.remove(k) == Code::kOk;
+        },
+        true, false);
   } else if (w == "mixed") {  // 50% inserts of new keys, 50% positive reads (PMEH, HDNH)
-    phase(w, c_.ops, [&](int, uint64_t, auto& rng, KeyChooser& ch, std::string& k, std::string& v, std::string& o) {
-      return rng() & 1 ? insert_new(k, v) : read(ch.next(N), k, o);
-    }, true, false);
+    phase(
+        w, c_.ops,
+        [&](int, uint64_t, auto& rng, KeyChooser& ch, std::string& k, std::string& v,
+            std::string& o) { return rng() & 1 ? insert_new(k, v) : read(ch.next(N), k, o); },
+        true, false);
   } else if (w.rfind("ycsb-", 0) == 0) {
     char y = w.size() == 6 ? w[5] : '?';
-    int read_pct = y == 'a' ? 50 : y == 'b' ? 95 : y == 'c' ? 100 : y == 'd' ? 95 : y == 'f' ? 50 : -1;
+    int read_pct = y == 'a'   ? 50
+                   : y == 'b' ? 95
+                   : y == 'c' ? 100
+                   : y == 'd' ? 95
+                   : y == 'f' ? 50
+                              : -1;
     if (read_pct < 0) return false;
     DistSpec latest{Dist::kLatest, 0.99};
     if (y == 'd') phase_dist_ = &latest;
-    phase(w, c_.ops, [&, y, read_pct](int, uint64_t, auto& rng, KeyChooser& ch, std::string& k, std::string& v, std::string& o) {
-      bool is_read = int(rng() % 100) < read_pct;
-      if (y == 'd') {  // read the latest inserts, insert new keys
-        if (!is_read) return insert_new(k, v);
-        return read(ch.next(next.load(std::memory_order_relaxed)), k, o);
-      }
-      uint64_t id = ch.next(N);
-      if (is_read) return read(id, k, o);
-      if (y == 'f') {  // read-modify-write
-        if (!read(id, k, o)) return false;
-        return update(id, k, v);
-      }
-      return update(id, k, v);
-    }, true, false);
+    phase(
+        w, c_.ops,
+        [&, y, read_pct](int, uint64_t, auto& rng, KeyChooser& ch, std::string& k, std::string& v,
+                         std::string& o) {
+          bool is_read = int(rng() % 100) < read_pct;
+          if (y == 'd') {  // read the latest inserts, insert new keys
+            if (!is_read) return insert_new(k, v);
+            return read(ch.next(next.load(std::memory_order_relaxed)), k, o);
+          }
+          uint64_t id = ch.next(N);
+          if (is_read) return read(id, k, o);
+          if (y == 'f') {  // read-modify-write
+            if (!read(id, k, o)) return false;
+            return update(id, k, v);
+          }
+          return update(id, k, v);
+        },
+        true, false);
     phase_dist_ = nullptr;
   } else if (w == "lfsweep") {
     lfsweep();
@@ -346,21 +385,31 @@ bool Runner::run_workload(const std::string& w) {
 void Runner::lfsweep() {
   uint64_t step = std::max<uint64_t>(1, c_.ops / 20);
   for (int s = 0; s < 20; ++s) {
-    phase("lfsweep-insert", step, [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
-      uint64_t id = next_id_.fetch_add(1);
-      ks_.key(id, &k);
-      ks_.value(id, 0, &v);
-      return target_->insert(k, v) == Code::kOk;
-    }, true, false);
+    phase(
+        "lfsweep-insert", step,
+        [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+          uint64_t id = next_id_.fetch_add(1);
+          ks_.key(id, &k);
+          ks_.value(id, 0, &v);
+          return target_->insert(k, v) == Code::kOk;
+        },
+        true, false);
     uint64_t n = next_id_.load();
-    phase("lfsweep-read", 50000, [&, n](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-      ks_.key(rng() % n, &k);
-      return target_->get(k, &o) == Code::kOk;
-    }, true, false);
-    phase("lfsweep-negread", 50000, [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-      ks_.key((uint64_t{1} << 62) + rng() % (1ull << 40), &k);
-      return target_->get(k, &o) == Code::kOk;
-    }, false, true);
+    phase(
+        "lfsweep-read", 50000,
+        [&, n](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&,
+               std::string& o) {
+          ks_.key(rng() % n, &k);
+          return target_->get(k, &o) == Code::kOk;
+        },
+        true, false);
+    phase(
+        "lfsweep-negread", 50000,
+        [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+          ks_.key((uint64_t{1} << 62) + rng() % (1ull << 40), &k);
+          return target_->get(k, &o) == Code::kOk;
+        },
+        false, true);
   }
 }
 
@@ -395,7 +444,8 @@ bool Runner::go(std::string* error) {
     target_ = std::make_unique<DramTarget>();
   } else {
     static std::atomic<int> n{0};
-    path_ = c_.pool_dir + "/pmhash-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++) + ".pool";
+    path_ = c_.pool_dir + "/pmhash-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++) +
+            ".pool";
     unlink(path_.c_str());
     opts_.scheme = c_.scheme;
     opts_.format = c_.format;
@@ -405,7 +455,8 @@ bool Runner::go(std::string* error) {
     opts_.params = c_.params;
     uint64_t item = c_.format == Format::kFixed ? 16 : 64 + c_.key_size + c_.value_size;
     uint64_t keys_total = c_.keys + c_.ops * 2;
-    opts_.pool_size = c_.pool_size ? c_.pool_size : std::max<uint64_t>(1ull << 30, keys_total * item * 8);
+    opts_.pool_size =
+        c_.pool_size ? c_.pool_size : std::max<uint64_t>(1ull << 30, keys_total * item * 8);
     Status s = Index::open(path_, opts_, &index_);
     if (!s.ok()) {
       *error = "cannot open " + path_ + ": " + s.to_string();
@@ -417,13 +468,17 @@ bool Runner::go(std::string* error) {
     uint64_t N = c_.keys;
     int T = c_.threads;
     next_id_ = N;
-    phase("load", N, [&, T, N](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
-      uint64_t id = i * T + t;
-      if (id >= N) return false;
-      ks_.key(id, &k);
-      ks_.value(id, 0, &v);
-      return target_->insert(k, v) == Code::kOk;
-    }, true, false);
+    phase(
+        "load", N,
+        [&, T, N](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v,
+                  std::string&) {
+          uint64_t id = i * T + t;
+          if (id >= N) return false;
+          ks_.key(id, &k);
+          ks_.value(id, 0, &v);
+          return target_->insert(k, v) == Code::kOk;
+        },
+        true, false);
   }
   for (auto& w : c_.workloads)
     if (!run_workload(w)) {
