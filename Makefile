@@ -56,11 +56,12 @@ bench-suite: build/release/pmhash-bench
 	  --json results/$(SUITE).json --csv results/$(SUITE).csv
 	$(PYTHON) bench/plot.py results/$(SUITE).json --out results/$(SUITE).png
 
+SOURCES = $$(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.h')
 format:
-	clang-format -i $$(git ls-files '*.cpp' '*.hpp' '*.h')
+	clang-format -i $(SOURCES)
 
 format-check:
-	clang-format --dry-run -Werror $$(git ls-files '*.cpp' '*.hpp' '*.h')
+	clang-format --dry-run -Werror $(SOURCES)
 
 clean:
 	rm -rf build results

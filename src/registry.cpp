@@ -3,10 +3,11 @@
 
 namespace pmhash {
 
+extern const SchemeFactory kSmartHTFactory;
 extern const SchemeFactory kTurboHashFactory;
 
 const std::vector<const SchemeFactory*>& all_schemes() {
-  static const std::vector<const SchemeFactory*> v = {&kTurboHashFactory};
+  static const std::vector<const SchemeFactory*> v = {&kSmartHTFactory, &kTurboHashFactory};
   return v;
 }
 

@@ -58,6 +58,18 @@ void CrashSim::op_end() {
   if (multi_threaded) busy_--;
 }
 
+void CrashSim::snapshot_ordered(uint64_t line) {
+  std::array<char, 64> c;
+  std::memcpy(c.data(), base_ + line * 64, 64);
+  ordered_[line].push_back(c);
+}
+
+void CrashSim::on_line_order(const void* addr) {
+  if (base_ == nullptr) return;
+  auto lk = park();
+  snapshot_ordered(static_cast<uint64_t>(static_cast<const char*>(addr) - base_) / 64);
+}
+
 void CrashSim::on_flush(const void* addr, size_t len) {
   if (base_ == nullptr) return;
   auto lk = park();
@@ -66,6 +78,7 @@ void CrashSim::on_flush(const void* addr, size_t len) {
     std::array<char, 64> c;
     std::memcpy(c.data(), base_ + line * 64, 64);
     pending_[line] = c;
+    if (ordered_.count(line)) ordered_[line].push_back(c);
   }
 }
 
@@ -89,6 +102,7 @@ void CrashSim::on_fence() {
   }
   for (auto& [line, c] : pending_) std::memcpy(image_.data() + line * 64, c.data(), 64);
   pending_.clear();
+  ordered_.clear();
 }
 
 const std::vector<CrashSim::Dirty>& CrashSim::dirty() {
@@ -144,6 +158,28 @@ void CrashSim::make_image(Mix mix, uint64_t seed, std::vector<char>* out) {
     if (choice == 2 && !d.has_flushed) choice = 1;
     uint64_t v = choice == 0 ? d.old_value : choice == 1 ? d.new_value : d.flushed_value;
     std::memcpy(out->data() + d.word * 8, &v, 8);
+  }
+  // A line whose write order is known persists as a prefix of its writes: pick a segment
+  // [s_i, s_i+1] of its sequence (persisted image, recorded points, working content) and
+  // mix words only within it.
+  for (auto& [line, snaps] : ordered_) {
+    std::vector<const char*> seq;
+    seq.push_back(image_.data() + line * 64);
+    for (auto& sn : snaps) seq.push_back(sn.data());
+    seq.push_back(base_ + line * 64);
+    char* dst = out->data() + line * 64;
+    if (mix == Mix::kAllOld) {
+      std::memcpy(dst, seq.front(), 64);
+      continue;
+    }
+    if (mix == Mix::kAllNew) {
+      std::memcpy(dst, seq.back(), 64);
+      continue;
+    }
+    size_t i = rng() % (seq.size() - 1);
+    for (int w = 0; w < 8; ++w)
+      std::memcpy(dst + w * 8, (mix == Mix::kPerLine || rng() % 2 ? seq[i + 1] : seq[i]) + w * 8,
+                  8);
   }
 }
 

@@ -30,6 +30,7 @@ class CrashSim : public pm::PersistHook {
   void on_map(char* base, size_t size) override;
   void on_flush(const void* addr, size_t len) override;
   void on_fence() override;
+  void on_line_order(const void* addr) override;
 
   // Called at every fence, before the fence commits (the crash point).
   std::function<void()> at_crash_point;
@@ -57,6 +58,10 @@ class CrashSim : public pm::PersistHook {
   size_t size_ = 0;
   std::vector<char> image_;
   std::unordered_map<uint64_t, std::array<char, 64>> pending_;  // line -> flushed content
+  // Lines with a program order recorded since the last fence (line_order() and flushes, in
+  // call order): such a line persists as a prefix of its writes, never out of order.
+  std::unordered_map<uint64_t, std::vector<std::array<char, 64>>> ordered_;
+  void snapshot_ordered(uint64_t line);
   uint64_t fences_ = 0;
   bool in_callback_ = false;
   std::vector<Dirty> dirty_;

@@ -45,6 +45,7 @@ namespace pmhash::testing {
 // Per-scheme parameters that make tables small, so tests exercise resizing/splitting.
 inline std::map<std::string, std::string> small_params(const std::string& scheme) {
   if (scheme == "turbohash") return {{"shards", "2"}, {"buckets", "1"}, {"scope", "4"}};
+  if (scheme == "smartht") return {{"buckets", "4"}, {"stripe", "2"}, {"filter_keys", "16"}};
   return {};
 }
 

@@ -94,6 +94,9 @@ class Allocator {
 };
 
 // One failure-atomic group of 8-byte stores, allocations and frees (at most kMaxOps).
+// Contract: everything the commit publishes (a reserved object's bytes, a slot it makes
+// visible) must be persisted — flushed AND fenced — before commit(): otherwise the log can
+// reach PM first and its replay would publish unwritten data. The crash harness checks it.
 class Tx {
  public:
   static constexpr int kMaxOps = 15;

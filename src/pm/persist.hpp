@@ -29,6 +29,7 @@ class PersistHook {
   virtual void on_map(char* base, size_t size) = 0;
   virtual void on_flush(const void* addr, size_t len) = 0;
   virtual void on_fence() = 0;
+  virtual void on_line_order(const void* addr) { (void)addr; }
 };
 
 enum class FlushInstr : uint8_t { kClwb, kClflushOpt, kClflush, kMsync, kNothing };
@@ -92,6 +93,19 @@ class Persister {
   void persist(const void* addr, size_t len) const {
     flush(addr, len);
     fence();
+  }
+
+  // x86 persists the stores to one cache line in program order (Px86): every store to the
+  // line of `addr` made before this call persists no later than any store made after it.
+  // SmartHT's merged flush (key, value, then token in one line, one flush) relies on it.
+  // A compiler barrier here; the crash simulator records the order.
+  void line_order(const void* addr) const {
+    asm volatile("" ::: "memory");
+#ifdef PMHASH_CRASH_HOOKS
+    if (hook != nullptr) hook->on_line_order(addr);
+#else
+    (void)addr;
+#endif
   }
 
   // Copies with non-temporal stores (bypassing the cache); needs a fence() to be ordered.

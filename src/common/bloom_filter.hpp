@@ -1,0 +1,62 @@
+// A DRAM Bloom filter with k hash functions derived from one 64-bit key hash
+// (Kirsch-Mitzenmacher double hashing). Adds are thread-safe (atomic OR); lookups are
+// lock-free.
+#pragma once
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "common/hash.hpp"
+
+namespace pmhash::common {
+
+class BloomFilter {
+ public:
+  // Bits for `keys` keys at false-positive rate `fpr` with exactly `k` hash functions:
+  // p = (1 - e^{-kn/m})^k  =>  m = -k n / ln(1 - p^{1/k}).
+  static uint64_t bits_for(uint64_t keys, double fpr, int k) {
+    double m = -double(k) * double(keys) / std::log(1.0 - std::pow(fpr, 1.0 / k));
+    uint64_t bits = static_cast<uint64_t>(std::ceil(m));
+    return std::max<uint64_t>(512, (bits + 511) / 512 * 512);  // whole cache lines
+  }
+
+  BloomFilter(uint64_t nbits, uint64_t capacity, int k = 3)
+      : nbits_(nbits), capacity_(capacity), k_(k), words_(new std::atomic<uint64_t>[nbits / 64]) {
+    for (uint64_t i = 0; i < nbits / 64; ++i) words_[i].store(0, std::memory_order_relaxed);
+  }
+
+  void add(uint64_t key_hash) {
+    uint64_t h2 = hash_word(key_hash, 0xB100F11E) | 1;
+    for (int i = 0; i < k_; ++i) {
+      uint64_t b = index(key_hash + uint64_t(i) * h2);
+      words_[b / 64].fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
+    }
+  }
+  bool may_contain(uint64_t key_hash) const {
+    uint64_t h2 = hash_word(key_hash, 0xB100F11E) | 1;
+    for (int i = 0; i < k_; ++i) {
+      uint64_t b = index(key_hash + uint64_t(i) * h2);
+      if (!((words_[b / 64].load(std::memory_order_relaxed) >> (b % 64)) & 1)) return false;
+    }
+    return true;
+  }
+
+  uint64_t nbits() const { return nbits_; }
+  uint64_t bytes() const { return nbits_ / 8; }
+  uint64_t capacity() const { return capacity_; }  // keys it was sized for
+  int hashes() const { return k_; }
+  uint64_t word(uint64_t i) const { return words_[i].load(std::memory_order_relaxed); }
+  void set_word(uint64_t i, uint64_t v) { words_[i].store(v, std::memory_order_relaxed); }
+
+ private:
+  uint64_t index(uint64_t h) const {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * nbits_) >> 64);
+  }
+  uint64_t nbits_, capacity_;
+  int k_;
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+};
+
+}  // namespace pmhash::common

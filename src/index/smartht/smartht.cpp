@@ -1,0 +1,558 @@
+#include "index/smartht/smartht.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+namespace pmhash::smartht {
+
+using common::BloomFilter;
+using common::Slot;
+
+namespace {
+constexpr double kTargetFpr = 1e-4;  // §III-B1
+constexpr int kHashes = 3;           // §III-B1: three hash functions
+
+uint64_t pow2_at_least(uint64_t x) {
+  uint64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+BloomFilter* new_filter(uint64_t capacity) {
+  return new BloomFilter(BloomFilter::bits_for(capacity, kTargetFpr, kHashes), capacity, kHashes);
+}
+}  // namespace
+
+SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
+    : pool_(ctx.pool),
+      alloc_(ctx.alloc),
+      epochs_(ctx.epochs),
+      threads_(ctx.threads),
+      items_(ctx.items),
+      root_off_(root_off),
+      root_(ctx.pool.ptr<Root>(root_off)),
+      nstripes_((root_->nheads + root_->stripe - 1) / root_->stripe),
+      stripes_(new Stripe[nstripes_]),
+      use_filter_(ctx.runtime.get_bool("filter", true)),
+      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
+  uint64_t cap = 0;
+  ctx.layout.get_u64("filter_keys", 1u << 20, &cap);
+  initial_capacity_ = std::max<uint64_t>(cap, 1024);
+  if (start == Start::kFresh) {
+    filter_.store(new_filter(initial_capacity_));
+    counts_valid_ = true;
+    return;
+  }
+  if (start == Start::kCleanReopen && load_saved_filter()) return;
+  // After a crash (§III-D) the VFL is rebuilt from the PDL in the background; searches
+  // bypass it until it is ready (lazy recovery).
+  start_filter_build(initial_capacity_);
+}
+
+SmartHT::~SmartHT() {
+  wait_for_filter();
+  if (rebuilder_.joinable()) rebuilder_.join();
+  delete filter_.load();
+  delete building_.load();
+}
+
+Status SmartHT::layout(const Options& o, common::Params* layout) {
+  common::Params p(o.params);
+  // Paper: N = 2^24 head buckets for 200M keys. Default: about 4 keys per head bucket at the
+  // expected count (short chains), else 2^18 head buckets.
+  uint64_t expected = o.capacity_hint ? o.capacity_hint : 1u << 20;
+  uint64_t heads, stripe, filter_keys;
+  if (!p.get_u64("buckets", pow2_at_least(std::max<uint64_t>(1024, expected / 4)), &heads) ||
+      heads == 0 || heads > (uint64_t{1} << 32))
+    return {Code::kInvalidArgument, "smartht: 'buckets' (head buckets) must be 1..2^32"};
+  if (!p.get_u64("stripe", 256, &stripe) || stripe == 0)
+    return {Code::kInvalidArgument, "smartht: 'stripe' (head buckets per lock) must be > 0"};
+  if (!p.get_u64("filter_keys", expected, &filter_keys) || filter_keys == 0)
+    return {Code::kInvalidArgument, "smartht: 'filter_keys' must be > 0"};
+  layout->set("buckets", std::to_string(heads));
+  layout->set("stripe", std::to_string(stripe));
+  layout->set("filter_keys", std::to_string(filter_keys));
+  return Status::Ok();
+}
+
+Status SmartHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
+  uint64_t heads = 0, stripe = 0;
+  if (!ctx.layout.get_u64("buckets", 0, &heads) || !ctx.layout.get_u64("stripe", 0, &stripe) ||
+      heads == 0 || stripe == 0)
+    return {Code::kCorrupted, "smartht: pool header lacks layout parameters"};
+  pm::Reservation root = ctx.alloc.reserve(sizeof(Root));
+  pm::Reservation array = ctx.alloc.reserve(heads * sizeof(Bucket));
+  if (!root || !array) {
+    ctx.alloc.cancel(root);
+    ctx.alloc.cancel(array);
+    return {Code::kPoolFull, "pool too small for " + std::to_string(heads) + " head buckets"};
+  }
+  const pm::Persister& p = ctx.pool.persister();
+  std::memset(ctx.pool.ptr<char>(array.off), 0, heads * sizeof(Bucket));
+  p.flush(ctx.pool.ptr<char>(array.off), heads * sizeof(Bucket));
+  *ctx.pool.ptr<Root>(root.off) = Root{kRootMagic, heads, array.off, stripe, 0, {0, 0, 0}};
+  p.flush(ctx.pool.ptr<char>(root.off), sizeof(Root));
+  ctx.alloc.publish_unlogged(root);  // unreachable until the root is published
+  ctx.alloc.publish_unlogged(array);
+  p.fence();
+  pm::Tx tx(ctx.alloc);
+  tx.store(&ctx.pool.mutable_header().root, root.off);
+  tx.commit();
+  *out = std::make_unique<SmartHT>(ctx, root.off, Start::kFresh);
+  return Status::Ok();
+}
+
+Status SmartHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
+  uint64_t root_off = ctx.pool.root();
+  if (ctx.alloc.block_size(root_off) < sizeof(Root) ||
+      ctx.pool.ptr<Root>(root_off)->magic != kRootMagic)
+    return {Code::kCorrupted, "smartht: root object missing or damaged"};
+  const Root& r = *ctx.pool.ptr<Root>(root_off);
+  if (r.nheads == 0 || r.stripe == 0 || ctx.alloc.block_size(r.heads) < r.nheads * sizeof(Bucket))
+    return {Code::kCorrupted, "smartht: head bucket array missing or damaged"};
+  *out = std::make_unique<SmartHT>(ctx, root_off, clean ? Start::kCleanReopen : Start::kAfterCrash);
+  return Status::Ok();
+}
+
+SmartHT::Hashed SmartHT::hashed(std::string_view key) const {
+  uint64_t h = common::Items::hash(key);
+  return {h, items_.key_word(key, h),
+          static_cast<uint64_t>((static_cast<unsigned __int128>(h) * root_->nheads) >> 64)};
+}
+
+bool SmartHT::find(const Hashed& k, std::string_view key, Bucket** out, int* slot) const {
+  for (Bucket* b = head(k.head);;) {
+    for (int i = 0; i < kSlots; ++i) {
+      if (b->live(i) && items_.matches(b->slots[i].key, b->slots[i].value, key, k.kw)) {
+        *out = b;
+        *slot = i;
+        return true;
+      }
+    }
+    if (b->next == 0) return false;
+    b = bucket_at(b->next);
+  }
+}
+
+// Algorithm 2: the VFL answers negatives from DRAM; positives search the chain under the
+// stripe's shared lock.
+Status SmartHT::get(std::string_view key, std::string* value) {
+  Hashed k = hashed(key);
+  unsigned tid = threads_.id();
+  ThreadStats& ts = tstats_[tid];
+  bool screened = false;
+  if (use_filter_) {
+    pm::Epochs::Guard g(epochs_, tid);
+    BloomFilter* f = filter_.load(std::memory_order_acquire);
+    if (f != nullptr) {
+      if (!f->may_contain(k.h)) {
+        bump(ts.filter_negatives);
+        return {Code::kNotFound, "key not found"};
+      }
+      screened = true;
+    }
+  }
+  bump(ts.pm_searches);
+  std::shared_lock<std::shared_mutex> lock(stripe_of(k.head).lock);
+  Bucket* b;
+  int i;
+  if (!find(k, key, &b, &i)) {
+    if (screened) bump(ts.filter_false_positives);
+    return {Code::kNotFound, "key not found"};
+  }
+  if (!items_.read_value(b->slots[i].value, value))
+    return {Code::kCorrupted, "smartht: slot points to no item"};
+  return Status::Ok();
+}
+
+// Algorithm 1: existence check (screened by the VFL), then head insertion into a free slot
+// of the head bucket or the first chained bucket (merged flush), else a new bucket linked
+// right after the head; then the key enters the VFL.
+Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) {
+  Hashed k = hashed(key);
+  const pm::Persister& p = pool_.persister();
+  Stripe& st = stripe_of(k.head);
+  {
+    std::unique_lock<std::shared_mutex> lock(st.lock);
+    Bucket* b = nullptr;
+    int i = -1;
+    BloomFilter* f = use_filter_ ? filter_.load(std::memory_order_acquire) : nullptr;
+    bool may_exist = f == nullptr || f->may_contain(k.h);  // the lock excludes racing inserts
+    if (may_exist && find(k, key, &b, &i)) {
+      if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
+      // Update: one 8-byte store of the value word (fixed), or a new item swapped in with
+      // the old one freed, in one commit (variable).
+      common::Items::New item;
+      Status s = items_.make(key, value, k.kw, &item);
+      if (!s.ok()) return s;
+      if (items_.variable()) {
+        p.fence();  // the new item is persisted before the commit that publishes it
+        pm::Tx tx(alloc_);
+        tx.publish(item.item);
+        tx.store(&b->slots[i].value, item.value_word);
+        tx.free(b->slots[i].value);
+        tx.commit();
+      } else {
+        common::store_word(b->slots[i].value, item.value_word);
+        p.persist(&b->slots[i].value, 8);
+      }
+      return Status::Ok();
+    }
+    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+    common::Items::New item;
+    Status s = items_.make(key, value, k.kw, &item);
+    if (!s.ok()) return s;
+    Bucket* h = head(k.head);
+    Bucket* target = h->free_slot() >= 0 ? h : nullptr;
+    if (target == nullptr && h->next != 0 && bucket_at(h->next)->free_slot() >= 0)
+      target = bucket_at(h->next);
+    if (target != nullptr) {
+      // Merged flush: value and key, then the token, in one line; one flush.
+      int slot = target->free_slot();
+      common::store_word(target->slots[slot].value, item.value_word);
+      common::store_word(target->slots[slot].key, item.key_word);
+      p.line_order(target);
+      uint64_t tokens = Bucket::with_token(target->tokens, slot, true);
+      if (items_.variable()) {
+        // The token reaches PM through the redo log, whose replay does not follow the
+        // line's store order: the slot (and the item) must be persisted first.
+        p.persist(target, sizeof(Bucket));
+        pm::Tx tx(alloc_);
+        tx.publish(item.item);
+        tx.store(&target->tokens, tokens);
+        tx.commit();
+      } else {
+        common::store_word(target->tokens, tokens);
+        p.persist(target, sizeof(Bucket));
+      }
+    } else {
+      // A new bucket, filled and persisted, then linked right after the head bucket by one
+      // 8-byte store. Its allocation commits with that store (no leak across a crash).
+      pm::Reservation r = alloc_.reserve(sizeof(Bucket));
+      if (!r) {
+        items_.cancel(item);
+        return {Code::kPoolFull, "pool full: no space for a chained bucket"};
+      }
+      Bucket* nb = pool_.ptr<Bucket>(r.off);
+      std::memset(static_cast<void*>(nb), 0, sizeof(Bucket));
+      nb->slots[0] = Slot{item.key_word, item.value_word};
+      nb->tokens = Bucket::with_token(0, 0, true);
+      nb->next = h->next;
+      p.persist(nb, sizeof(Bucket));
+      pm::Tx tx(alloc_);
+      tx.publish(r);
+      if (items_.variable()) tx.publish(item.item);
+      tx.store(&h->next, r.off);
+      tx.commit();
+      st.chains.fetch_add(1, std::memory_order_relaxed);
+    }
+    st.live.fetch_add(1, std::memory_order_relaxed);
+    add_to_filters(k.h);
+  }
+  maybe_resize_filter();
+  return Status::Ok();
+}
+
+// Lazy deletion (§III-C3): the token goes to 0 and is persisted; the VFL screens deletes of
+// absent keys. The key's filter bits stay set until the next rebuild.
+Status SmartHT::remove(std::string_view key) {
+  Hashed k = hashed(key);
+  if (use_filter_) {
+    pm::Epochs::Guard g(epochs_, threads_.id());
+    BloomFilter* f = filter_.load(std::memory_order_acquire);
+    if (f != nullptr && !f->may_contain(k.h)) return {Code::kNotFound, "key not found"};
+  }
+  Stripe& st = stripe_of(k.head);
+  std::unique_lock<std::shared_mutex> lock(st.lock);
+  Bucket* b;
+  int i;
+  if (!find(k, key, &b, &i)) return {Code::kNotFound, "key not found"};
+  uint64_t tokens = Bucket::with_token(b->tokens, i, false);
+  if (items_.variable()) {
+    pm::Tx tx(alloc_);
+    tx.store(&b->tokens, tokens);
+    tx.free(b->slots[i].value);
+    tx.commit();
+  } else {
+    common::store_word(b->tokens, tokens);
+    pool_.persister().persist(&b->tokens, 8);
+  }
+  st.live.fetch_sub(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+// ---- the Volatile Filter Layer: building, resizing, saving ----
+
+// `building_` is read before `filter_`: a rebuild swaps `filter_` to the new filter before
+// clearing `building_`, so one of the two loads always returns the new filter.
+void SmartHT::add_to_filters(uint64_t h) {
+  if (!use_filter_) return;
+  BloomFilter* b = building_.load(std::memory_order_seq_cst);
+  BloomFilter* f = filter_.load(std::memory_order_seq_cst);
+  if (b != nullptr) b->add(h);
+  if (f != nullptr && f != b) f->add(h);
+  adds_.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t SmartHT::chain_buckets() const {
+  uint64_t n = 0;
+  for (uint64_t s = 0; s < nstripes_; ++s) n += stripes_[s].chains.load(std::memory_order_relaxed);
+  return n;
+}
+
+void SmartHT::wait_for_filter() const {
+  while (rebuilding_.load(std::memory_order_acquire))
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+// Policy (the paper is silent): when the keys added since the filter was sized (deleted keys
+// leave their bits set, so they count) exceed its capacity, a new filter sized for twice the
+// live keys is built from the PDL in the background; operations go on meanwhile.
+void SmartHT::maybe_resize_filter() {
+  if (!use_filter_) return;
+  BloomFilter* f = filter_.load(std::memory_order_acquire);
+  if (f == nullptr || adds_.load(std::memory_order_relaxed) <= f->capacity()) return;
+  if (rebuilding_.load(std::memory_order_relaxed)) return;
+  uint64_t live = 0;
+  for (uint64_t s = 0; s < nstripes_; ++s) live += stripes_[s].live.load(std::memory_order_relaxed);
+  start_filter_build(std::max(initial_capacity_, live * 2));
+}
+
+void SmartHT::start_filter_build(uint64_t capacity) {
+  if (rebuilding_.exchange(true)) return;
+  if (rebuilder_.joinable()) rebuilder_.join();  // the previous build has finished
+  BloomFilter* b = new_filter(capacity);
+  building_.store(b, std::memory_order_seq_cst);  // before the scan: inserts add to it too
+  rebuilder_ = std::thread([this, b] {
+    build_filter(b);
+    BloomFilter* old = filter_.exchange(b, std::memory_order_seq_cst);
+    building_.store(nullptr, std::memory_order_seq_cst);
+    uint64_t live = 0;
+    for (uint64_t s = 0; s < nstripes_; ++s)
+      live += stripes_[s].live.load(std::memory_order_relaxed);
+    adds_.store(live, std::memory_order_relaxed);
+    counts_valid_.store(true, std::memory_order_release);
+    rebuilds_.fetch_add(1, std::memory_order_relaxed);
+    if (old != nullptr) epochs_.retire([old] { delete old; });  // lock-free readers
+    rebuilding_.store(false, std::memory_order_release);
+  });
+}
+
+// Scans every chain (token == 1) with all hardware threads (the paper rebuilds with one).
+// Each stripe is scanned under its shared lock, so an insert either lands before the scan
+// of its stripe or after `building_` was published, and the new filter misses nothing.
+void SmartHT::build_filter(BloomFilter* f) {
+  unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < n; ++t) {
+    ts.emplace_back([&, t] {
+      for (uint64_t s = t; s < nstripes_; s += n) {
+        Stripe& st = stripes_[s];
+        std::shared_lock<std::shared_mutex> lock(st.lock);
+        uint64_t live = 0, my_chains = 0;
+        uint64_t end = std::min(root_->nheads, (s + 1) * root_->stripe);
+        for (uint64_t hb = s * root_->stripe; hb < end; ++hb) {
+          for (Bucket* b = head(hb);; ++my_chains) {
+            for (int i = 0; i < kSlots; ++i)
+              if (b->live(i)) {
+                f->add(items_.slot_hash(b->slots[i].key));
+                ++live;
+              }
+            if (b->next == 0) break;
+            b = bucket_at(b->next);
+          }
+        }
+        // Inserts change the counts only under the exclusive lock: exact here.
+        st.live.store(live, std::memory_order_relaxed);
+        st.chains.store(my_chains, std::memory_order_relaxed);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+bool SmartHT::load_saved_filter() {
+  uint64_t off = root_->saved_filter;
+  if (off == 0) return false;
+  uint64_t avail = alloc_.block_size(off);
+  const uint64_t* w = pool_.ptr<uint64_t>(off);
+  if (avail < kSavedHeaderWords * 8) return false;
+  uint64_t nbits = w[0], capacity = w[1], adds = w[2], nstripes = w[3];
+  if (nbits == 0 || nbits % 64 != 0 || nstripes != nstripes_ ||
+      (kSavedHeaderWords + 2 * nstripes + nbits / 64) * 8 > avail)
+    return false;
+  auto* f = new BloomFilter(nbits, capacity, kHashes);
+  const uint64_t* counts = w + kSavedHeaderWords;
+  for (uint64_t s = 0; s < nstripes_; ++s) {
+    stripes_[s].live.store(counts[2 * s]);
+    stripes_[s].chains.store(counts[2 * s + 1]);
+  }
+  const uint64_t* words = counts + 2 * nstripes;
+  for (uint64_t i = 0; i < nbits / 64; ++i) f->set_word(i, words[i]);
+  filter_.store(f, std::memory_order_release);
+  adds_.store(adds);
+  counts_valid_.store(true);
+  return true;
+}
+
+// Clean shutdown (§III-D): the VFL goes to a reserved PM area; the pool's clean-shutdown
+// flag (set after this) is the paper's nonCrashed flag.
+void SmartHT::close() {
+  wait_for_filter();
+  if (rebuilder_.joinable()) rebuilder_.join();
+  BloomFilter* f = filter_.load();
+  if (f == nullptr) return;
+  uint64_t bytes = (kSavedHeaderWords + 2 * nstripes_ + f->nbits() / 64) * 8;
+  uint64_t off = root_->saved_filter;
+  pm::Reservation fresh;
+  if (off == 0 || alloc_.block_size(off) < bytes) {
+    fresh = alloc_.reserve(bytes);
+    if (!fresh) return;  // no room: the next open rebuilds the filter instead
+    off = fresh.off;
+  }
+  uint64_t* w = pool_.ptr<uint64_t>(off);
+  w[0] = f->nbits();
+  w[1] = f->capacity();
+  w[2] = adds_.load();
+  w[3] = nstripes_;
+  w[4] = 0;
+  for (uint64_t s = 0; s < nstripes_; ++s) {
+    w[kSavedHeaderWords + 2 * s] = stripes_[s].live.load();
+    w[kSavedHeaderWords + 2 * s + 1] = stripes_[s].chains.load();
+  }
+  uint64_t* words = w + kSavedHeaderWords + 2 * nstripes_;
+  for (uint64_t i = 0; i < f->nbits() / 64; ++i) words[i] = f->word(i);
+  const pm::Persister& p = pool_.persister();
+  p.flush(w, bytes);
+  p.fence();
+  if (fresh) {
+    pm::Tx tx(alloc_);
+    tx.publish(fresh);
+    tx.store(&root_->saved_filter, fresh.off);
+    if (root_->saved_filter != 0) tx.free(root_->saved_filter);
+    tx.commit();
+  }
+}
+
+// ---- introspection ----
+
+uint64_t SmartHT::size() const {
+  if (!counts_valid_.load(std::memory_order_acquire)) wait_for_filter();
+  uint64_t n = 0;
+  for (uint64_t s = 0; s < nstripes_; ++s) n += stripes_[s].live.load(std::memory_order_relaxed);
+  return n;
+}
+
+uint64_t SmartHT::capacity_slots() const {
+  return (root_->nheads + chain_buckets()) * kSlots;
+}
+
+uint64_t SmartHT::dram_bytes() const {
+  BloomFilter* f = filter_.load();
+  BloomFilter* b = building_.load();
+  return nstripes_ * sizeof(Stripe) + (f ? f->bytes() : 0) + (b ? b->bytes() : 0);
+}
+
+void SmartHT::counters(std::map<std::string, double>* out) const {
+  uint64_t neg = 0, fp = 0, pm = 0;
+  for (unsigned t = 0; t < threads_.high_water(); ++t) {
+    neg += tstats_[t].filter_negatives.load(std::memory_order_relaxed);
+    fp += tstats_[t].filter_false_positives.load(std::memory_order_relaxed);
+    pm += tstats_[t].pm_searches.load(std::memory_order_relaxed);
+  }
+  BloomFilter* f = filter_.load();
+  (*out)["filter_negatives"] = double(neg);
+  (*out)["filter_false_positives"] = double(fp);
+  (*out)["pm_searches"] = double(pm);
+  (*out)["chain_buckets"] = double(chain_buckets());
+  (*out)["filter_bits"] = f ? double(f->nbits()) : 0;
+  (*out)["filter_capacity"] = f ? double(f->capacity()) : 0;
+  (*out)["filter_rebuilds"] = double(rebuilds_.load());
+  (*out)["filter_ready"] = f != nullptr ? 1 : 0;
+}
+
+bool SmartHT::check(std::string* report) const {
+  wait_for_filter();
+  bool ok = true;
+  auto bad = [&](const std::string& what) {
+    ok = false;
+    *report += "smartht: " + what + "\n";
+  };
+  BloomFilter* f = filter_.load();
+  uint64_t live_total = 0, chains = 0;
+  for (uint64_t hb = 0; hb < root_->nheads && ok; ++hb) {
+    std::unordered_set<std::string> keys;
+    uint64_t steps = 0;
+    for (const Bucket* b = head(hb);; ++steps) {
+      std::string where = "head " + std::to_string(hb) + " bucket " + std::to_string(steps);
+      if (steps > 0 && alloc_.block_size(pool_.offset(b)) != sizeof(Bucket))
+        bad(where + ": chained bucket is not an allocated 64-byte block");
+      if (b->tokens & ~uint64_t{0x010101}) bad(where + ": token or padding holds garbage");
+      for (int i = 0; i < kSlots; ++i) {
+        if (!b->live(i)) continue;
+        ++live_total;
+        const Slot& s = b->slots[i];
+        uint64_t h = items_.slot_hash(s.key);
+        if ((static_cast<unsigned __int128>(h) * root_->nheads) >> 64 != hb)
+          bad(where + ": key in the wrong chain");
+        if (items_.variable()) {
+          std::string_view k;
+          if (!items_.item_key(s.value, &k) || alloc_.block_size(s.value) == 0) {
+            bad(where + ": slot points to no item");
+            continue;
+          }
+          if (common::Items::hash(k) != s.key) bad(where + ": item key does not hash to slot");
+        }
+        if (!keys.insert(items_.slot_key_bytes(s)).second) bad(where + ": key stored twice");
+        if (use_filter_ && f != nullptr && !f->may_contain(h))
+          bad(where + ": key missing from the Bloom filter (false negative)");
+      }
+      if (b->next == 0) break;
+      if (steps > (uint64_t{1} << 26)) {
+        bad("head " + std::to_string(hb) + ": chain does not end (cycle)");
+        break;
+      }
+      b = bucket_at(b->next);
+      ++chains;
+    }
+  }
+  if (ok && live_total != size()) bad("live count disagrees with the tokens");
+  if (ok && chains != chain_buckets()) bad("chained bucket count disagrees");
+  return ok;
+}
+
+void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+  fn(root_off_);
+  fn(root_->heads);
+  if (root_->saved_filter != 0) fn(root_->saved_filter);
+  for (uint64_t hb = 0; hb < root_->nheads; ++hb)
+    for (const Bucket* b = head(hb);;) {
+      if (items_.variable())
+        for (int i = 0; i < kSlots; ++i)
+          if (b->live(i)) fn(b->slots[i].value);
+      if (b->next == 0) break;
+      fn(b->next);
+      b = bucket_at(b->next);
+    }
+}
+
+void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
+  for (uint64_t hb = 0; hb < root_->nheads; ++hb)
+    for (const Bucket* b = head(hb);;) {
+      for (int i = 0; i < kSlots; ++i)
+        if (b->live(i)) fn(b->slots[i]);
+      if (b->next == 0) break;
+      b = bucket_at(b->next);
+    }
+}
+
+}  // namespace pmhash::smartht
+
+namespace pmhash {
+extern const SchemeFactory kSmartHTFactory;
+const SchemeFactory kSmartHTFactory = {"smartht", &smartht::SmartHT::layout,
+                                       &smartht::SmartHT::create, &smartht::SmartHT::open};
+}  // namespace pmhash

@@ -1,0 +1,108 @@
+// SmartHT (Xiao et al., "Accelerating Persistent Hash Indexes via Reducing Negative
+// Searches"): persistent chained hashing in PM (the Persistent Data Layer) screened by a DRAM
+// Bloom filter (the Volatile Filter Layer). docs/schemes/smartht.md maps the paper to code.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <shared_mutex>
+#include <thread>
+
+#include "common/bloom_filter.hpp"
+#include "index/scheme.hpp"
+#include "index/smartht/bucket.hpp"
+
+namespace pmhash::smartht {
+
+// PM root (64 B).
+struct Root {
+  uint64_t magic;
+  uint64_t nheads;        // N head buckets
+  uint64_t heads;         // offset of the head bucket array
+  uint64_t stripe;        // head buckets per lock stripe (256)
+  uint64_t saved_filter;  // offset of the VFL saved at the last clean shutdown, or 0
+  uint64_t reserved[3];
+};
+inline constexpr uint64_t kRootMagic = 0x5448'5452'414D'53ull;  // "SMARTHT"
+
+// The VFL saved at a clean shutdown: | nbits | capacity | adds | nstripes | reserved |
+// {live items, chained buckets}[nstripes] | filter words[nbits/64] |
+inline constexpr uint64_t kSavedHeaderWords = 5;
+
+class SmartHT final : public Scheme {
+ public:
+  enum class Start { kFresh, kCleanReopen, kAfterCrash };
+  SmartHT(SchemeContext& ctx, uint64_t root_off, Start start);
+  ~SmartHT() override;
+  static Status layout(const Options& o, common::Params* layout);
+  static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
+  static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+
+  Status put(std::string_view key, std::string_view value, PutMode mode) override;
+  Status get(std::string_view key, std::string* value) override;
+  Status remove(std::string_view key) override;
+  uint64_t size() const override;
+  uint64_t capacity_slots() const override;
+  uint64_t dram_bytes() const override;
+  void counters(std::map<std::string, double>* out) const override;
+  bool check(std::string* report) const override;
+  void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
+  void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  void close() override;
+
+  // Waits for a background filter rebuild (recovery or resize) to finish.
+  void wait_for_filter() const;
+
+ private:
+  struct alignas(64) Stripe {
+    mutable std::shared_mutex lock;   // Fig. 4: one shared/exclusive lock per 256 head buckets
+    std::atomic<uint64_t> live{0};    // live items in the stripe (changed under the lock)
+    std::atomic<uint64_t> chains{0};  // chained buckets in the stripe (changed under the lock)
+  };
+  struct alignas(64) ThreadStats {
+    std::atomic<uint64_t> filter_negatives{0}, filter_false_positives{0}, pm_searches{0};
+  };
+  struct Hashed {
+    uint64_t h, kw;
+    uint64_t head;
+  };
+  Hashed hashed(std::string_view key) const;
+  Bucket* head(uint64_t i) const { return pool_.ptr<Bucket>(root_->heads) + i; }
+  Bucket* bucket_at(uint64_t off) const { return pool_.ptr<Bucket>(off); }
+  Stripe& stripe_of(uint64_t head) const { return stripes_[head / root_->stripe]; }
+  // Chain search under the stripe lock: the bucket and slot holding the key, if any.
+  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot) const;
+  bool load_saved_filter();
+  uint64_t chain_buckets() const;
+  void add_to_filters(uint64_t h);             // under the stripe's exclusive lock
+  void start_filter_build(uint64_t capacity);  // background; the VFL is bypassed or kept
+  void build_filter(common::BloomFilter* f);   // scan the PDL, all threads
+  void maybe_resize_filter();
+  static void bump(std::atomic<uint64_t>& c) {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  pm::Pool& pool_;
+  pm::Allocator& alloc_;
+  pm::Epochs& epochs_;
+  pm::ThreadRegistry& threads_;
+  const common::Items& items_;
+  uint64_t root_off_;
+  Root* root_;
+  uint64_t nstripes_;
+  std::unique_ptr<Stripe[]> stripes_;
+  bool use_filter_;
+  uint64_t initial_capacity_;
+  // The VFL: lookups use `filter_` (null while a crash recovery rebuilds it: bypassed);
+  // inserts also add to `building_` while a rebuild scans, so it misses nothing.
+  std::atomic<common::BloomFilter*> filter_{nullptr};
+  std::atomic<common::BloomFilter*> building_{nullptr};
+  std::atomic<uint64_t> adds_{0};  // keys added to the current filter (deleted ones stay set)
+  std::atomic<uint64_t> rebuilds_{0};
+  std::atomic<bool> rebuilding_{false};
+  std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
+  std::thread rebuilder_;
+  std::unique_ptr<ThreadStats[]> tstats_;
+};
+
+}  // namespace pmhash::smartht
