@@ -34,6 +34,20 @@ class BloomFilter {
       words_[b / 64].fetch_or(uint64_t{1} << (b % 64), std::memory_order_relaxed);
     }
   }
+  // Adds many keys, prefetching the words of later keys while setting earlier ones: the
+  // bit positions are random, so a rebuild is bound by memory latency, not work.
+  void add_batch(const uint64_t* hashes, size_t n) {
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) {
+        uint64_t h = hashes[i + kAhead], h2 = hash_word(h, 0xB100F11E) | 1;
+        for (int j = 0; j < k_; ++j)
+          __builtin_prefetch(&words_[index(h + uint64_t(j) * h2) / 64], 1);
+      }
+      add(hashes[i]);
+    }
+  }
+
   bool may_contain(uint64_t key_hash) const {
     uint64_t h2 = hash_word(key_hash, 0xB100F11E) | 1;
     for (int i = 0; i < k_; ++i) {

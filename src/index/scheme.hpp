@@ -48,6 +48,8 @@ class Scheme {
   virtual void for_each(const std::function<void(const common::Slot&)>& fn) const = 0;
   // Clean shutdown: persist whatever the paper saves for a fast reopen.
   virtual void close() {}
+  // Waits for background work that open() started (SmartHT's lazy filter rebuild).
+  virtual void wait_ready() {}
 };
 
 struct SchemeFactory {

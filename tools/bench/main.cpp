@@ -25,7 +25,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage = R"(usage: pmhash-bench [options]
-  --suite NAME          quick | turbohash  (a preset list of experiments)
+  --suite NAME          quick | smartht | turbohash  (a preset list of experiments)
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
   --format fixed|variable   --key-size N --value-size N (variable format)
@@ -54,7 +54,8 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.variant = var;
         c.threads = 2;
         c.keys = n(10'000'000);
-        c.ops = n(5'000'000);  // delete half, so recovery is timed on a populated index
+        c.ops = n(5'000'000);      // delete half, so recovery is timed on a populated index
+        c.capacity_hint = c.keys;  // schemes size their tables for the keys to be loaded
         c.workloads = {"read", "negread", "update", "delete"};
         v.push_back(c);
       }
@@ -65,6 +66,53 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
     d.ops = n(5'000'000);
     d.workloads = {"read", "negread", "update", "delete"};
     v.push_back(d);
+  } else if (name == "smartht") {
+    // Figs. 5-6: insert (load), positive read, negative read, delete; 1 and 2 threads;
+    // uniform and self-similar 0.2; negative reads with the VFL on and off (same run).
+    for (std::string dist : {"uniform", "selfsimilar:0.2"})
+      for (int t : {1, 2})
+        for (bool filter : {true, false}) {
+          RunConfig c = base;
+          c.scheme = "smartht";
+          DistSpec::parse(dist, &c.dist);
+          c.threads = t;
+          c.keys = n(5'000'000);
+          c.ops = n(2'500'000);
+          c.capacity_hint = c.keys;
+          c.workloads = filter ? std::vector<std::string>{"read", "negread", "delete"}
+                               : std::vector<std::string>{"negread"};
+          if (!filter) {
+            c.params["filter"] = "off";
+            c.label = "filter=off";
+          }
+          c.recovery = false;
+          v.push_back(c);
+        }
+    // Fig. 9: load factor over inserts, a table sized for 1/4 of the keys (long chains).
+    {
+      RunConfig c = base;
+      c.scheme = "smartht";
+      c.threads = 1;
+      c.keys = 0;
+      c.ops = n(4'000'000);
+      c.params = {{"buckets", std::to_string(uint64_t{1} << 18)}, {"filter_keys", "1000000"}};
+      c.workloads = {"lfsweep"};
+      c.label = "lf";
+      c.recovery = false;
+      v.push_back(c);
+    }
+    // Table I: reopen after a clean close (saved VFL) and rebuild after a crash.
+    for (uint64_t keys : {1'000'000ull, 10'000'000ull, 50'000'000ull}) {
+      RunConfig c = base;
+      c.scheme = "smartht";
+      c.threads = 2;
+      c.keys = n(keys);
+      c.ops = 0;
+      c.capacity_hint = c.keys;
+      c.workloads = {};
+      c.label = "recovery";
+      v.push_back(c);
+    }
   } else if (name == "turbohash") {
     // Fig. 1 / §4.6: probe distance as the load factor grows, scopes 4, 8, 16; Fig. 10:
     // load factor over inserts.
@@ -240,7 +288,7 @@ int main(int argc, char** argv) {
     bool ok;
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
-      std::fprintf(stderr, "pmhash-bench: unknown suite '%s' (quick, turbohash)\n",
+      std::fprintf(stderr, "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash)\n",
                    suite_name.c_str());
       return 2;
     }

@@ -28,7 +28,7 @@ std::vector<Row> median_rows(const std::vector<std::vector<Row>>& repeats) {
         if (i < rep.size() && rep[i].values.count(k)) xs.push_back(rep[i].values.at(k));
       std::sort(xs.begin(), xs.end());
       v = xs.size() % 2 ? xs[xs.size() / 2] : (xs[xs.size() / 2 - 1] + xs[xs.size() / 2]) / 2;
-      if (k == "mops" || k == "recovery_ms") {
+      if (k == "mops" || k == "recovery_ms" || k == "ready_ms") {
         out[i].values[k + "_min"] = xs.front();
         out[i].values[k + "_max"] = xs.back();
       }
@@ -100,10 +100,11 @@ void print_table(const std::vector<Row>& rows, FILE* out) {
     std::string w = tag(r, "workload");
     if (w.rfind("lfsweep", 0) == 0 && w != "lfsweep-negread") continue;  // see the JSON
     if (r.values.count("recovery_ms")) {
-      std::fprintf(out, "%-10s %-5s %-12s %-8s %2.0f %-14s recovery %.2f ms at %.0f keys\n",
+      std::fprintf(out,
+                   "%-10s %-5s %-12s %-8s %2.0f %-14s open %.2f ms, ready %.2f ms, at %.0f keys\n",
                    tag(r, "scheme").c_str(), tag(r, "variant").c_str(), tag(r, "label").c_str(),
                    tag(r, "format").c_str(), val(r, "threads"), w.c_str(), val(r, "recovery_ms"),
-                   val(r, "size"));
+                   val(r, "ready_ms"), val(r, "size"));
       continue;
     }
     auto num = [&](const char* k, const char* fmt) {

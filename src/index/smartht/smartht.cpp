@@ -327,7 +327,10 @@ void SmartHT::start_filter_build(uint64_t capacity) {
   BloomFilter* b = new_filter(capacity);
   building_.store(b, std::memory_order_seq_cst);  // before the scan: inserts add to it too
   rebuilder_ = std::thread([this, b] {
+    auto t0 = std::chrono::steady_clock::now();
     build_filter(b);
+    last_build_ms_.store(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     BloomFilter* old = filter_.exchange(b, std::memory_order_seq_cst);
     building_.store(nullptr, std::memory_order_seq_cst);
     uint64_t live = 0;
@@ -349,24 +352,26 @@ void SmartHT::build_filter(BloomFilter* f) {
   std::vector<std::thread> ts;
   for (unsigned t = 0; t < n; ++t) {
     ts.emplace_back([&, t] {
+      std::vector<uint64_t> hashes;
       for (uint64_t s = t; s < nstripes_; s += n) {
         Stripe& st = stripes_[s];
         std::shared_lock<std::shared_mutex> lock(st.lock);
-        uint64_t live = 0, my_chains = 0;
+        uint64_t my_chains = 0;
+        hashes.clear();
         uint64_t end = std::min(root_->nheads, (s + 1) * root_->stripe);
         for (uint64_t hb = s * root_->stripe; hb < end; ++hb) {
+          if (hb + 4 < end && head(hb + 4)->next != 0)  // chained buckets are scattered
+            __builtin_prefetch(bucket_at(head(hb + 4)->next));
           for (Bucket* b = head(hb);; ++my_chains) {
             for (int i = 0; i < kSlots; ++i)
-              if (b->live(i)) {
-                f->add(items_.slot_hash(b->slots[i].key));
-                ++live;
-              }
+              if (b->live(i)) hashes.push_back(items_.slot_hash(b->slots[i].key));
             if (b->next == 0) break;
             b = bucket_at(b->next);
           }
         }
+        f->add_batch(hashes.data(), hashes.size());
         // Inserts change the counts only under the exclusive lock: exact here.
-        st.live.store(live, std::memory_order_relaxed);
+        st.live.store(hashes.size(), std::memory_order_relaxed);
         st.chains.store(my_chains, std::memory_order_relaxed);
       }
     });
@@ -472,6 +477,7 @@ void SmartHT::counters(std::map<std::string, double>* out) const {
   (*out)["filter_capacity"] = f ? double(f->capacity()) : 0;
   (*out)["filter_rebuilds"] = double(rebuilds_.load());
   (*out)["filter_ready"] = f != nullptr ? 1 : 0;
+  (*out)["filter_build_ms"] = last_build_ms_.load();
 }
 
 bool SmartHT::check(std::string* report) const {

@@ -52,6 +52,7 @@ class SmartHT final : public Scheme {
 
   // Waits for a background filter rebuild (recovery or resize) to finish.
   void wait_for_filter() const;
+  void wait_ready() override { wait_for_filter(); }
 
  private:
   struct alignas(64) Stripe {
@@ -99,6 +100,7 @@ class SmartHT final : public Scheme {
   std::atomic<common::BloomFilter*> building_{nullptr};
   std::atomic<uint64_t> adds_{0};  // keys added to the current filter (deleted ones stay set)
   std::atomic<uint64_t> rebuilds_{0};
+  std::atomic<double> last_build_ms_{0};
   std::atomic<bool> rebuilding_{false};
   std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
   std::thread rebuilder_;
