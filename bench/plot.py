@@ -59,9 +59,9 @@ def main():
     sweep = [r for r in rows if r["workload"] == "lfsweep-negread"]
     sweep_pos = [r for r in rows if r["workload"] == "lfsweep-read"]
     recov = [r for r in rows if "recovery_ms" in r]
-    panels = [p for p in ("tput", "flush", "lat", "sweep", "lf", "recov")
-              if (p in ("tput", "flush", "lat") and phases) or (p in ("sweep", "lf") and sweep)
-              or (p == "recov" and recov)]
+    panels = [p for p in ("tput", "flush", "lat", "cdf", "sweep", "lf", "recov")
+              if (p in ("tput", "flush", "lat", "cdf") and phases)
+              or (p in ("sweep", "lf") and sweep) or (p == "recov" and recov)]
     if not panels:
         print("plot.py: nothing to plot", file=sys.stderr)
         return 1
@@ -77,6 +77,22 @@ def main():
         elif p == "lat":
             bars(ax, [r for r in phases if r.get("variant") == "pm"], "p9999_ns",
                  "p99.99 latency (sampled)", "ns", log=True)
+        elif p == "cdf":
+            pcts = [("p50_ns", 50), ("p90_ns", 90), ("p99_ns", 99), ("p999_ns", 99.9),
+                    ("p9999_ns", 99.99)]
+            for r in phases:
+                if r.get("variant") != "pm" or r["workload"] == "load":
+                    continue
+                ys = [r.get(k) for k, _ in pcts]
+                if None in ys:
+                    continue
+                ax.plot(range(len(pcts)), ys, marker=".", label=r["workload"] + " " + label(r))
+            ax.set_xticks(range(len(pcts)))
+            ax.set_xticklabels(["p%g" % q for _, q in pcts])
+            ax.set_yscale("log")
+            ax.set_ylabel("ns")
+            ax.set_title("Latency percentiles (sampled)")
+            ax.legend(fontsize=5)
         elif p == "sweep":
             for lab in OrderedDict.fromkeys(r.get("label", "") for r in sweep):
                 xs = [r["load_factor"] for r in sweep if r.get("label", "") == lab]
@@ -101,9 +117,12 @@ def main():
             ax.legend(fontsize=6)
         elif p == "recov":
             for kind in ("recover-clean", "recover-crash"):
-                pts = sorted((r["size"], r["recovery_ms"]) for r in recov if r["workload"] == kind)
-                if pts:
-                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=kind)
+                for metric, style in (("recovery_ms", "-"), ("ready_ms", ":")):
+                    pts = sorted((r["size"], r.get(metric, 0)) for r in recov
+                                 if r["workload"] == kind)
+                    if pts:
+                        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
+                                linestyle=style, label="%s %s" % (kind, metric[:-3]))
             ax.set_xscale("log")
             ax.set_xlabel("keys")
             ax.set_ylabel("ms")

@@ -243,9 +243,14 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
     store_word(slot.value, item.value_word);
     b->set_tag(pos, k.tag);
     if (!PMHASH_MUTATION(pool_, kMutationSkipSlotFlush)) p.flush(&slot, sizeof slot);
-    if ((offsetof(Bucket, slots) + pos * sizeof(Slot)) / pm::kCacheLine != 0)
-      p.flush(b->tags, sizeof b->tags);  // the tag shares line 0 with the metadata
+    // The tag shares line 0 with the metadata word and is stored before it, so x86 persists
+    // it no later than the metadata: line 0 is flushed once, with the metadata (2 flushes
+    // per insert, as the paper counts). In the variable format the metadata reaches PM
+    // through the redo log, whose replay ignores line order: persist the tag first.
+    if (items_.variable() && (offsetof(Bucket, slots) + pos * sizeof(Slot)) / pm::kCacheLine != 0)
+      p.flush(b->tags, sizeof b->tags);
     p.fence();
+    p.line_order(b);
     uint64_t m = b->load_meta();
     uint32_t valid = Bucket::valid(m) | (1u << pos), del = Bucket::deleted(m) & ~(1u << pos);
     uint64_t old_item = 0;

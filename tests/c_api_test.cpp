@@ -1,0 +1,49 @@
+// The C API mirrors the C++ one (FFI users: Python, Rust, Go, ...).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "pmhash/pmhash.h"
+#include "test_util.hpp"
+
+namespace pmhash::testing {
+namespace {
+
+TEST(CApi, RoundTripAndErrors) {
+  for (const std::string& scheme : schemes()) {
+    TempPool p;
+    pmhash_options o{};
+    o.scheme = scheme.c_str();
+    o.variable_format = 1;
+    o.mode = 2;  // emulated
+    o.create = 1;
+    o.pool_size = 64u << 20;
+    pmhash_index* t = nullptr;
+    char err[256];
+    ASSERT_EQ(pmhash_open(p.path.c_str(), &o, &t, err, sizeof err), 0) << err;
+    EXPECT_EQ(pmhash_insert(t, "k", 1, "v1", 2), PMHASH_OK);
+    EXPECT_EQ(pmhash_insert(t, "k", 1, "v2", 2), PMHASH_ALREADY_EXISTS);
+    EXPECT_EQ(pmhash_upsert(t, "k", 1, "value", 5), PMHASH_OK);
+    char buf[3];
+    size_t len = 0;
+    EXPECT_EQ(pmhash_get(t, "k", 1, buf, sizeof buf, &len), PMHASH_OK);
+    EXPECT_EQ(len, 5u);  // the full length, though only 3 bytes fit
+    EXPECT_EQ(std::memcmp(buf, "val", 3), 0);
+    EXPECT_EQ(pmhash_update(t, "x", 1, "v", 1), PMHASH_NOT_FOUND);
+    EXPECT_EQ(pmhash_insert(t, "", 0, "v", 1), PMHASH_INVALID_ARGUMENT);
+    EXPECT_EQ(pmhash_size(t), 1u);
+    EXPECT_EQ(pmhash_check(t, err, sizeof err), 0) << err;
+    EXPECT_EQ(pmhash_remove(t, "k", 1), PMHASH_OK);
+    EXPECT_EQ(pmhash_remove(t, "k", 1), PMHASH_NOT_FOUND);
+    EXPECT_STREQ(pmhash_code_name(PMHASH_NOT_FOUND), "not found");
+    EXPECT_EQ(pmhash_close(t), 0);
+    // A second open with the other format fails with a message.
+    o.variable_format = 0;
+    int rc = pmhash_open(p.path.c_str(), &o, &t, err, sizeof err);
+    EXPECT_NE(rc, 0);
+    EXPECT_NE(std::strstr(err, "format"), nullptr) << err;
+  }
+}
+
+}  // namespace
+}  // namespace pmhash::testing
