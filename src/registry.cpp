@@ -5,9 +5,11 @@ namespace pmhash {
 
 extern const SchemeFactory kSmartHTFactory;
 extern const SchemeFactory kTurboHashFactory;
+extern const SchemeFactory kWophiFactory;
 
 const std::vector<const SchemeFactory*>& all_schemes() {
-  static const std::vector<const SchemeFactory*> v = {&kSmartHTFactory, &kTurboHashFactory};
+  static const std::vector<const SchemeFactory*> v = {&kSmartHTFactory, &kTurboHashFactory,
+                                                      &kWophiFactory};
   return v;
 }
 

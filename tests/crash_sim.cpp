@@ -26,6 +26,7 @@ std::string temp_pool_path(const std::string& tag) {
 // ---- CrashSim ----
 
 void CrashSim::on_map(char* base, size_t size) {
+  main_thread_ = std::this_thread::get_id();
   base_ = base;
   size_ = size;
   image_.assign(base, base + size);  // what is in the file is persisted
@@ -34,13 +35,12 @@ void CrashSim::on_map(char* base, size_t size) {
 
 // In multi-threaded mode every hook call takes mu_: while one thread is at a crash point,
 // the others park at their next flush or fence.
+// Hook calls always serialize (an index may flush from a background thread too).
 std::unique_lock<std::mutex> CrashSim::park() {
   std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
-  if (multi_threaded) {
-    parked_++;
-    lk.lock();
-    parked_--;
-  }
+  if (multi_threaded) parked_++;
+  lk.lock();
+  if (multi_threaded) parked_--;
   return lk;
 }
 
@@ -58,16 +58,17 @@ void CrashSim::op_end() {
   if (multi_threaded) busy_--;
 }
 
-void CrashSim::snapshot_ordered(uint64_t line) {
-  std::array<char, 64> c;
-  std::memcpy(c.data(), base_ + line * 64, 64);
-  ordered_[line].push_back(c);
+void CrashSim::snapshot_ordered(uint64_t line, bool flushed) {
+  Snapshot sn;
+  std::memcpy(sn.bytes.data(), base_ + line * 64, 64);
+  sn.flushed = flushed;
+  ordered_[line].push_back(sn);
 }
 
 void CrashSim::on_line_order(const void* addr) {
   if (base_ == nullptr) return;
   auto lk = park();
-  snapshot_ordered(static_cast<uint64_t>(static_cast<const char*>(addr) - base_) / 64);
+  snapshot_ordered(static_cast<uint64_t>(static_cast<const char*>(addr) - base_) / 64, false);
 }
 
 void CrashSim::on_flush(const void* addr, size_t len) {
@@ -78,7 +79,7 @@ void CrashSim::on_flush(const void* addr, size_t len) {
     std::array<char, 64> c;
     std::memcpy(c.data(), base_ + line * 64, 64);
     pending_[line] = c;
-    if (ordered_.count(line)) ordered_[line].push_back(c);
+    if (ordered_.count(line)) snapshot_ordered(line, true);
   }
 }
 
@@ -86,7 +87,10 @@ void CrashSim::on_fence() {
   if (base_ == nullptr) return;
   auto lk = park();
   ++fences_;
-  if (at_crash_point && !in_callback_ && fences_ % crash_every == 0) {
+  // Single-threaded mode: only the workload thread crashes (a background thread of the
+  // index, e.g. a grower, only records; its writes are covered when the workload crashes).
+  bool crash_here = multi_threaded || std::this_thread::get_id() == main_thread_;
+  if (at_crash_point && !in_callback_ && crash_here && fences_ % crash_every == 0) {
     in_callback_ = true;
     if (multi_threaded) {
       // Stop the world: every other thread inside an operation parks at its next primitive
@@ -102,7 +106,16 @@ void CrashSim::on_fence() {
   }
   for (auto& [line, c] : pending_) std::memcpy(image_.data() + line * 64, c.data(), 64);
   pending_.clear();
-  ordered_.clear();
+  // A line's recorded order stays until its content is committed: drop the snapshots up to
+  // the last flushed one (now the persisted image), keep the later ones.
+  for (auto it = ordered_.begin(); it != ordered_.end();) {
+    auto& v = it->second;
+    size_t last = v.size();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i].flushed) last = i;
+    if (last != v.size()) v.erase(v.begin(), v.begin() + static_cast<long>(last) + 1);
+    it = v.empty() ? ordered_.erase(it) : std::next(it);
+  }
 }
 
 const std::vector<CrashSim::Dirty>& CrashSim::dirty() {
@@ -165,7 +178,7 @@ void CrashSim::make_image(Mix mix, uint64_t seed, std::vector<char>* out) {
   for (auto& [line, snaps] : ordered_) {
     std::vector<const char*> seq;
     seq.push_back(image_.data() + line * 64);
-    for (auto& sn : snaps) seq.push_back(sn.data());
+    for (auto& sn : snaps) seq.push_back(sn.bytes.data());
     seq.push_back(base_ + line * 64);
     char* dst = out->data() + line * 64;
     if (mix == Mix::kAllOld) {
@@ -508,9 +521,13 @@ CrashResult run_crash_test(const CrashConfig& cfg) {
     if (!s.ok()) {
       h.fail("create failed: " + s.to_string());
     } else {
-      std::vector<std::thread> ts;
-      for (int t = 0; t < cfg.threads; ++t) ts.emplace_back([&, t] { h.worker(*idx, sim, t); });
-      for (auto& t : ts) t.join();
+      if (cfg.threads == 1) {
+        h.worker(*idx, sim, 0);  // on the thread that opened the pool: it takes the crashes
+      } else {
+        std::vector<std::thread> ts;
+        for (int t = 0; t < cfg.threads; ++t) ts.emplace_back([&, t] { h.worker(*idx, sim, t); });
+        for (auto& t : ts) t.join();
+      }
       idx->impl()->scheme->counters(&res.counters);
       sim.at_crash_point = nullptr;
     }

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -60,8 +61,12 @@ class CrashSim : public pm::PersistHook {
   std::unordered_map<uint64_t, std::array<char, 64>> pending_;  // line -> flushed content
   // Lines with a program order recorded since the last fence (line_order() and flushes, in
   // call order): such a line persists as a prefix of its writes, never out of order.
-  std::unordered_map<uint64_t, std::vector<std::array<char, 64>>> ordered_;
-  void snapshot_ordered(uint64_t line);
+  struct Snapshot {
+    std::array<char, 64> bytes;
+    bool flushed;  // taken by a flush (else by line_order)
+  };
+  std::unordered_map<uint64_t, std::vector<Snapshot>> ordered_;
+  void snapshot_ordered(uint64_t line, bool flushed);
   uint64_t fences_ = 0;
   bool in_callback_ = false;
   std::vector<Dirty> dirty_;
@@ -70,6 +75,7 @@ class CrashSim : public pm::PersistHook {
   std::mutex mu_;
   std::atomic<int> parked_{0}, busy_{0};
   std::atomic<bool> stop_{false};
+  std::thread::id main_thread_;
 };
 
 struct CrashConfig {

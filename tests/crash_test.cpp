@@ -48,6 +48,10 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   if (r.counters.count("chain_buckets")) {
     EXPECT_GT(r.counters["chain_buckets"], 0);  // SmartHT: crashes inside bucket linking
   }
+  if (r.counters.count("pab_grows")) {
+    EXPECT_GT(r.counters["pab_grows"], 0);  // WOPHI: crashes between PAB take and link,
+    EXPECT_GT(r.counters["pab_used"], 0);   // and inside PAB growth
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(all_scheme_formats()),

@@ -46,6 +46,8 @@ namespace pmhash::testing {
 inline std::map<std::string, std::string> small_params(const std::string& scheme) {
   if (scheme == "turbohash") return {{"shards", "2"}, {"buckets", "1"}, {"scope", "4"}};
   if (scheme == "smartht") return {{"buckets", "4"}, {"stripe", "2"}, {"filter_keys", "16"}};
+  if (scheme == "wophi")
+    return {{"buckets", "4"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "inline"}};
   return {};
 }
 

@@ -1,0 +1,465 @@
+#include "index/wophi/wophi.hpp"
+
+#include <cstring>
+#include <unordered_set>
+
+namespace pmhash::wophi {
+
+using common::Slot;
+
+namespace {
+uint64_t pow2_at_least(uint64_t x) {
+  uint64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+}  // namespace
+
+Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
+    : pool_(ctx.pool),
+      alloc_(ctx.alloc),
+      items_(ctx.items),
+      root_off_(root_off),
+      root_(ctx.pool.ptr<Root>(root_off)),
+      nstripes_((root_->nbuckets + root_->stripe - 1) / root_->stripe),
+      stripes_(new Stripe[nstripes_]),
+      use_pab_(ctx.runtime.get_bool("pab", true)),
+      grow_in_background_(ctx.runtime.get("pab_grow", "background") == "background") {
+  pab_cap_ = pab_capacity(root_->nareas);
+  pab_next_ = root_->expand_bucket_num;
+  if (after_crash) recover_pab();
+}
+
+Wophi::~Wophi() {
+  if (grower_.joinable()) grower_.join();
+}
+
+Status Wophi::layout(const Options& o, common::Params* layout) {
+  common::Params p(o.params);
+  // Main buckets: about 2 keys per bucket at the expected count (load factor 0.5 of the main
+  // buckets), else 2^16. PAB: a quarter of the main buckets, grown as needed.
+  uint64_t expected = o.capacity_hint ? o.capacity_hint : 1u << 17;
+  uint64_t n, stripe, pab;
+  if (!p.get_u64("buckets", pow2_at_least(std::max<uint64_t>(16, expected / 2)), &n) || n == 0 ||
+      n > (uint64_t{1} << 32))
+    return {Code::kInvalidArgument, "wophi: 'buckets' (main buckets) must be 1..2^32"};
+  if (!p.get_u64("stripe", 256, &stripe) || stripe == 0)
+    return {Code::kInvalidArgument, "wophi: 'stripe' (buckets per lock) must be > 0"};
+  if (!p.get_u64("pab_buckets", std::max<uint64_t>(16, n / 4), &pab) || pab == 0)
+    return {Code::kInvalidArgument, "wophi: 'pab_buckets' (initial PAB buckets) must be > 0"};
+  layout->set("buckets", std::to_string(n));
+  layout->set("stripe", std::to_string(stripe));
+  layout->set("pab_buckets", std::to_string(pab));
+  return Status::Ok();
+}
+
+Status Wophi::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
+  uint64_t n = 0, stripe = 0, pab = 0;
+  if (!ctx.layout.get_u64("buckets", 0, &n) || !ctx.layout.get_u64("stripe", 0, &stripe) ||
+      !ctx.layout.get_u64("pab_buckets", 0, &pab) || n == 0 || stripe == 0 || pab == 0)
+    return {Code::kCorrupted, "wophi: pool header lacks layout parameters"};
+  pm::Reservation root = ctx.alloc.reserve(sizeof(Root));
+  pm::Reservation main = ctx.alloc.reserve(n * sizeof(Bucket));
+  pm::Reservation area = ctx.alloc.reserve(pab * sizeof(Bucket));
+  if (!root || !main || !area) {
+    for (auto& r : {root, main, area}) ctx.alloc.cancel(r);
+    return {Code::kPoolFull, "pool too small for " + std::to_string(n) + " main buckets"};
+  }
+  const pm::Persister& p = ctx.pool.persister();
+  for (auto& r : {main, area}) {
+    std::memset(ctx.pool.ptr<char>(r.off), 0, r.size);
+    p.flush(ctx.pool.ptr<char>(r.off), r.size);
+  }
+  Root* rt = ctx.pool.ptr<Root>(root.off);
+  std::memset(static_cast<void*>(rt), 0, sizeof(Root));
+  *rt = Root{kRootMagic, n, main.off, stripe, 0, pab, 1, 0, {area.off}};
+  p.flush(rt, sizeof(Root));
+  for (auto& r : {root, main, area}) ctx.alloc.publish_unlogged(r);  // unreachable until root
+  p.fence();
+  pm::Tx tx(ctx.alloc);
+  tx.store(&ctx.pool.mutable_header().root, root.off);
+  tx.commit();
+  *out = std::make_unique<Wophi>(ctx, root.off, false);
+  return Status::Ok();
+}
+
+Status Wophi::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
+  uint64_t root_off = ctx.pool.root();
+  if (ctx.alloc.block_size(root_off) < sizeof(Root) ||
+      ctx.pool.ptr<Root>(root_off)->magic != kRootMagic)
+    return {Code::kCorrupted, "wophi: root object missing or damaged"};
+  const Root& r = *ctx.pool.ptr<Root>(root_off);
+  if (r.nbuckets == 0 || r.stripe == 0 || r.pab_initial == 0 || r.nareas == 0 ||
+      r.nareas > kMaxAreas || ctx.alloc.block_size(r.buckets) < r.nbuckets * sizeof(Bucket))
+    return {Code::kCorrupted, "wophi: main buckets missing or damaged"};
+  for (uint64_t a = 0; a < r.nareas; ++a)
+    if (ctx.alloc.block_size(r.areas[a]) < (r.pab_initial << a) * sizeof(Bucket))
+      return {Code::kCorrupted, "wophi: PAB area " + std::to_string(a) + " missing"};
+  *out = std::make_unique<Wophi>(ctx, root_off, !clean);
+  return Status::Ok();
+}
+
+Wophi::Hashed Wophi::hashed(std::string_view key) const {
+  uint64_t h = common::Items::hash(key);
+  return {h, items_.key_word(key, h),
+          static_cast<uint64_t>((static_cast<unsigned __int128>(h) * root_->nbuckets) >> 64)};
+}
+
+uint64_t Wophi::pab_offset(uint64_t g) const {
+  uint64_t a = 0;
+  while (area_start(a + 1) <= g) ++a;
+  return root_->areas[a] + (g - area_start(a)) * sizeof(Bucket);
+}
+
+bool Wophi::pab_index(uint64_t off, uint64_t* g) const {
+  for (uint64_t a = 0; a < root_->nareas; ++a) {
+    uint64_t base = root_->areas[a], n = root_->pab_initial << a;
+    if (off >= base && off < base + n * sizeof(Bucket)) {
+      *g = area_start(a) + (off - base) / sizeof(Bucket);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Wophi::find(const Hashed& k, std::string_view key, Bucket** out, int* slot) const {
+  for (Bucket* b = main(k.index);; b = at(b->next)) {
+    for (int i = 0; i < kSlots; ++i)
+      if (b->live(i) && items_.matches(b->slots[i].key, b->slots[i].value, key, k.kw)) {
+        *out = b;
+        *slot = i;
+        return true;
+      }
+    if (b->next == 0) return false;
+  }
+}
+
+Status Wophi::get(std::string_view key, std::string* value) {
+  Hashed k = hashed(key);
+  std::shared_lock<std::shared_mutex> lock(stripes_[k.index / root_->stripe].lock);
+  Bucket* b;
+  int i;
+  if (!find(k, key, &b, &i)) return {Code::kNotFound, "key not found"};
+  if (!items_.read_value(b->slots[i].value, value))
+    return {Code::kCorrupted, "wophi: slot points to no item"};
+  return Status::Ok();
+}
+
+// Algorithm 1: a free slot (token 0) along the chain gets the item with a log-free
+// failure-atomic write (key and value, flush, fence; token, flush, fence); with none, a PAB
+// bucket is filled and persisted, then linked at the chain's end with one 8-byte store.
+Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
+  Hashed k = hashed(key);
+  const pm::Persister& p = pool_.persister();
+  {
+    std::unique_lock<std::shared_mutex> lock(stripes_[k.index / root_->stripe].lock);
+    Bucket* b;
+    int i;
+    if (find(k, key, &b, &i)) {
+      if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
+      // Update: the value word is one 8-byte store (fixed); a new item swapped in with the
+      // old one freed, in one commit (variable).
+      common::Items::New item;
+      Status s = items_.make(key, value, k.kw, &item);
+      if (!s.ok()) return s;
+      if (items_.variable()) {
+        p.fence();
+        pm::Tx tx(alloc_);
+        tx.publish(item.item);
+        tx.store(&b->slots[i].value, item.value_word);
+        tx.free(b->slots[i].value);
+        tx.commit();
+      } else {
+        common::store_word(b->slots[i].value, item.value_word);
+        p.persist(&b->slots[i].value, 8);
+      }
+      return Status::Ok();
+    }
+    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+    common::Items::New item;
+    Status s = items_.make(key, value, k.kw, &item);
+    if (!s.ok()) return s;
+    Bucket* tail = main(k.index);
+    for (Bucket* tb = tail;; tb = at(tb->next)) {
+      tail = tb;
+      int free = -1;
+      for (int j = 0; j < kSlots && free < 0; ++j)
+        if (!tb->live(j)) free = j;
+      if (free >= 0) {
+        Slot& slot = tb->slots[free];
+        common::store_word(slot.key, item.key_word);
+        common::store_word(slot.value, item.value_word);
+        p.persist(&slot, sizeof slot);
+        uint64_t tokens = Bucket::with_token(tb->tokens, free, true);
+        if (items_.variable()) {
+          pm::Tx tx(alloc_);
+          tx.publish(item.item);
+          tx.store(&tb->tokens, tokens);
+          tx.commit();
+        } else {
+          common::store_word(tb->tokens, tokens);
+          p.persist(&tb->tokens, 8);
+        }
+        return Status::Ok();
+      }
+      if (tb->next == 0) break;
+    }
+    pm::Reservation r;
+    Bucket* nb = nullptr;
+    s = take_chain_bucket(&r, &nb);
+    if (!s.ok()) {
+      items_.cancel(item);
+      return s;
+    }
+    std::memset(static_cast<void*>(nb), 0, sizeof(Bucket));
+    nb->slots[0] = Slot{item.key_word, item.value_word};
+    nb->tokens = Bucket::with_token(0, 0, true);
+    nb->owner = pool_.offset(tail);
+    p.persist(nb, sizeof(Bucket));
+    if (r || items_.variable()) {  // an allocation to commit with the link
+      pm::Tx tx(alloc_);
+      if (r) tx.publish(r);
+      if (items_.variable()) tx.publish(item.item);
+      tx.store(&tail->next, pool_.offset(nb));
+      tx.commit();
+    } else {
+      common::store_word(tail->next, pool_.offset(nb));
+      p.persist(&tail->next, 8);
+    }
+  }
+  if (use_pab_) maybe_grow_in_background();
+  return Status::Ok();
+}
+
+// Algorithm 2: the token goes to 0, flushed and fenced.
+Status Wophi::remove(std::string_view key) {
+  Hashed k = hashed(key);
+  std::unique_lock<std::shared_mutex> lock(stripes_[k.index / root_->stripe].lock);
+  Bucket* b;
+  int i;
+  if (!find(k, key, &b, &i)) return {Code::kNotFound, "key not found"};
+  uint64_t tokens = Bucket::with_token(b->tokens, i, false);
+  if (items_.variable()) {
+    pm::Tx tx(alloc_);
+    tx.store(&b->tokens, tokens);
+    tx.free(b->slots[i].value);
+    tx.commit();
+  } else {
+    common::store_word(b->tokens, tokens);
+    pool_.persister().persist(&b->tokens, 8);
+  }
+  return Status::Ok();
+}
+
+// ---- Pre-Allocation Buckets ----
+
+void Wophi::persist_high_water(uint64_t n) {
+  std::atomic_ref<uint64_t> w(root_->expand_bucket_num);
+  uint64_t cur = w.load();
+  while (cur < n && !w.compare_exchange_weak(cur, n)) {
+  }
+  pool_.persister().flush(&root_->expand_bucket_num, 8);  // fenced with the bucket's persist
+}
+
+Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
+  if (!use_pab_) {  // the mechanism PAB replaces: allocation on the write path
+    *r = alloc_.reserve(sizeof(Bucket));
+    if (!*r) return {Code::kPoolFull, "pool full: no space for a chain bucket"};
+    allocs_on_write_.fetch_add(1, std::memory_order_relaxed);
+    *out = pool_.ptr<Bucket>(r->off);
+    return Status::Ok();
+  }
+  uint64_t g = ~uint64_t{0};
+  {
+    std::lock_guard<std::mutex> fl(free_mu_);
+    if (!pab_free_.empty()) {
+      g = pab_free_.back();
+      pab_free_.pop_back();
+    }
+  }
+  if (g == ~uint64_t{0}) {
+    g = pab_next_.fetch_add(1);
+    while (g >= pab_cap_.load(std::memory_order_acquire)) {  // exhausted: grow now
+      std::lock_guard<std::mutex> gl(grow_mu_);
+      if (g < pab_cap_.load()) break;
+      Status s = grow_pab();
+      if (!s.ok()) return s;
+    }
+    persist_high_water(g + 1);  // expand_bucket_num += 1
+  }
+  *out = at(pab_offset(g));
+  return Status::Ok();
+}
+
+// A further PAB area, twice the last one (the paper stops with an error instead).
+Status Wophi::grow_pab() {
+  uint64_t n = root_->nareas;
+  if (n >= kMaxAreas) return {Code::kPoolFull, "wophi: PAB cannot grow further"};
+  uint64_t buckets = root_->pab_initial << n;
+  pm::Reservation r = alloc_.reserve(buckets * sizeof(Bucket));
+  if (!r) return {Code::kPoolFull, "pool full: no space for a PAB area"};
+  const pm::Persister& p = pool_.persister();
+  std::memset(pool_.ptr<char>(r.off), 0, r.size);
+  p.flush(pool_.ptr<char>(r.off), r.size);
+  p.fence();
+  pm::Tx tx(alloc_);
+  tx.publish(r);
+  tx.store(&root_->areas[n], r.off);
+  tx.store(&root_->nareas, n + 1);
+  tx.commit();
+  pab_cap_.store(pab_capacity(n + 1), std::memory_order_release);
+  grows_.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+// Off the critical path: at 75% use, a background thread adds the next area.
+void Wophi::maybe_grow_in_background() {
+  if (!grow_in_background_) return;
+  if (pab_next_.load(std::memory_order_relaxed) * 4 < pab_cap_.load(std::memory_order_relaxed) * 3)
+    return;
+  if (growing_.exchange(true)) return;
+  if (grower_.joinable()) grower_.join();
+  grower_ = std::thread([this] {
+    {
+      std::lock_guard<std::mutex> gl(grow_mu_);
+      if (pab_next_.load() * 4 >= pab_cap_.load() * 3) (void)grow_pab();
+    }
+    growing_.store(false);
+  });
+}
+
+// After a crash: PAB buckets handed out but never linked (a crash between take and link)
+// are found by walking every chain, and handed out again; nothing leaks.
+void Wophi::recover_pab() {
+  std::vector<bool> linked(pab_capacity(root_->nareas), false);
+  uint64_t high = 0;
+  for (uint64_t i = 0; i < root_->nbuckets; ++i)
+    for (const Bucket* b = main(i); b->next != 0; b = at(b->next)) {
+      uint64_t g;
+      if (pab_index(b->next, &g)) {
+        linked[g] = true;
+        high = std::max(high, g + 1);
+      }
+    }
+  for (uint64_t g = 0; g < high; ++g)
+    if (!linked[g]) pab_free_.push_back(g);
+  pab_next_ = high;
+}
+
+void Wophi::close() {
+  if (grower_.joinable()) grower_.join();
+  // Clean shutdown: the counter is exact again (holes left by a crash are lost space).
+  std::atomic_ref<uint64_t>(root_->expand_bucket_num).store(pab_next_.load());
+  pool_.persister().persist(&root_->expand_bucket_num, 8);
+}
+
+// ---- introspection ----
+
+uint64_t Wophi::size() const {
+  uint64_t n = 0;
+  for (uint64_t s = 0; s < nstripes_; ++s) {
+    std::shared_lock<std::shared_mutex> lock(stripes_[s].lock);
+    uint64_t end = std::min(root_->nbuckets, (s + 1) * root_->stripe);
+    for (uint64_t i = s * root_->stripe; i < end; ++i)
+      for (const Bucket* b = main(i);; b = at(b->next)) {
+        for (int j = 0; j < kSlots; ++j) n += b->live(j);
+        if (b->next == 0) break;
+      }
+  }
+  return n;
+}
+
+uint64_t Wophi::capacity_slots() const {
+  return (root_->nbuckets + pab_next_.load() + allocs_on_write_.load()) * kSlots;
+}
+
+uint64_t Wophi::dram_bytes() const {
+  return nstripes_ * sizeof(Stripe);
+}
+
+void Wophi::counters(std::map<std::string, double>* out) const {
+  (*out)["pab_used"] = double(pab_next_.load());
+  (*out)["pab_capacity"] = double(pab_cap_.load());
+  (*out)["pab_areas"] = double(root_->nareas);
+  (*out)["pab_grows"] = double(grows_.load());
+  (*out)["chain_allocs_on_write"] = double(allocs_on_write_.load());
+  // The paper's load factor: items over the main buckets' slots.
+  (*out)["main_load_factor"] = double(size()) / double(root_->nbuckets * kSlots);
+}
+
+bool Wophi::check(std::string* report) const {
+  bool ok = true;
+  auto bad = [&](const std::string& what) {
+    ok = false;
+    *report += "wophi: " + what + "\n";
+  };
+  std::unordered_set<uint64_t> seen_chain;
+  for (uint64_t i = 0; i < root_->nbuckets && ok; ++i) {
+    std::unordered_set<std::string> keys;
+    uint64_t steps = 0;
+    for (const Bucket* b = main(i);; ++steps) {
+      std::string where = "bucket " + std::to_string(i) + " chain " + std::to_string(steps);
+      if (b->tokens & ~uint64_t{0x01010101}) bad(where + ": token holds garbage");
+      for (int j = 0; j < kSlots; ++j) {
+        if (!b->live(j)) continue;
+        const Slot& s = b->slots[j];
+        uint64_t h = items_.slot_hash(s.key);
+        if ((static_cast<unsigned __int128>(h) * root_->nbuckets) >> 64 != i)
+          bad(where + ": key in the wrong chain");
+        if (items_.variable()) {
+          std::string_view key;
+          if (!items_.item_key(s.value, &key) || alloc_.block_size(s.value) == 0) {
+            bad(where + ": slot points to no item");
+            continue;
+          }
+          if (common::Items::hash(key) != s.key) bad(where + ": item key does not hash to slot");
+        }
+        if (!keys.insert(items_.slot_key_bytes(s)).second) bad(where + ": key stored twice");
+      }
+      if (b->next == 0) break;
+      uint64_t g;
+      if (pab_index(b->next, &g)) {
+        if (g >= pab_next_.load()) bad(where + ": links a PAB bucket never handed out");
+      } else if (alloc_.block_size(b->next) != sizeof(Bucket)) {
+        bad(where + ": links a bucket that is neither in the PAB nor allocated");
+      }
+      if (!seen_chain.insert(b->next).second) bad(where + ": bucket linked twice");
+      if (at(b->next)->owner != pool_.offset(b)) bad(where + ": chain bucket's owner differs");
+      if (!ok) break;
+      b = at(b->next);
+    }
+  }
+  return ok;
+}
+
+void Wophi::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+  fn(root_off_);
+  fn(root_->buckets);
+  for (uint64_t a = 0; a < root_->nareas; ++a) fn(root_->areas[a]);
+  uint64_t g;
+  for (uint64_t i = 0; i < root_->nbuckets; ++i)
+    for (const Bucket* b = main(i);; b = at(b->next)) {
+      if (items_.variable())
+        for (int j = 0; j < kSlots; ++j)
+          if (b->live(j)) fn(b->slots[j].value);
+      if (b->next == 0) break;
+      if (!pab_index(b->next, &g)) fn(b->next);  // allocated on the write path
+    }
+}
+
+void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
+  for (uint64_t i = 0; i < root_->nbuckets; ++i)
+    for (const Bucket* b = main(i);; b = at(b->next)) {
+      for (int j = 0; j < kSlots; ++j)
+        if (b->live(j)) fn(b->slots[j]);
+      if (b->next == 0) break;
+    }
+}
+
+}  // namespace pmhash::wophi
+
+namespace pmhash {
+extern const SchemeFactory kWophiFactory;
+const SchemeFactory kWophiFactory = {"wophi", &wophi::Wophi::layout, &wophi::Wophi::create,
+                                     &wophi::Wophi::open};
+}  // namespace pmhash

@@ -1,0 +1,119 @@
+// WOPHI (Xiao et al., "Write-Optimized Persistent Hash Index for Non-Volatile Memory"):
+// chained hashing whose chain buckets come from Pre-Allocation Buckets (PAB) instead of
+// being allocated on the write path, written with log-free failure-atomic writes.
+// docs/schemes/wophi.md maps the paper to this code.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "index/scheme.hpp"
+
+namespace pmhash::wophi {
+
+inline constexpr int kSlots = 4;  // ASSOC_NUM
+
+// A bucket (§III-A, Fig. 1: four tokens, four key-value slots, a next pointer), laid out on
+// two cache lines after Level hashing's bucket:
+//
+//   line 0 | tokens 4 x 1 B, pad 4 B | next 8 B | slot 0 16 B | slot 1 16 B | slot 2 16 B |
+//   line 1 | slot 3 16 B | owner 8 B | pad 40 B |
+//
+// `owner` is set in PAB buckets: the bucket it is linked after (for check()).
+struct alignas(128) Bucket {
+  uint64_t tokens;
+  uint64_t next;
+  common::Slot slots[kSlots];
+  uint64_t owner;
+  uint64_t pad[5];
+
+  bool live(int i) const { return ((tokens >> (8 * i)) & 0xFF) == 1; }
+  static uint64_t with_token(uint64_t tokens, int i, bool on) {
+    return (tokens & ~(uint64_t{0xFF} << (8 * i))) | (uint64_t{on} << (8 * i));
+  }
+};
+static_assert(sizeof(Bucket) == 128);
+static_assert(offsetof(Bucket, slots) == 16 && offsetof(Bucket, owner) == 80);
+
+inline constexpr int kMaxAreas = 32;
+
+// PM root. PAB area i holds pab_initial << i buckets.
+struct Root {
+  uint64_t magic;
+  uint64_t nbuckets;           // main buckets
+  uint64_t buckets;            // offset of the main bucket array
+  uint64_t stripe;             // main buckets per lock stripe
+  uint64_t expand_bucket_num;  // PAB buckets handed out (a high-water mark, persisted first)
+  uint64_t pab_initial;        // buckets in PAB area 0
+  uint64_t nareas;             // PAB areas allocated
+  uint64_t reserved;
+  uint64_t areas[kMaxAreas];  // offsets of the PAB areas
+};
+inline constexpr uint64_t kRootMagic = 0x4948'504F'57ull;  // "WOPHI"
+
+class Wophi final : public Scheme {
+ public:
+  Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash);
+  ~Wophi() override;
+  static Status layout(const Options& o, common::Params* layout);
+  static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
+  static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+
+  Status put(std::string_view key, std::string_view value, PutMode mode) override;
+  Status get(std::string_view key, std::string* value) override;
+  Status remove(std::string_view key) override;
+  uint64_t size() const override;
+  uint64_t capacity_slots() const override;
+  uint64_t dram_bytes() const override;
+  void counters(std::map<std::string, double>* out) const override;
+  bool check(std::string* report) const override;
+  void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
+  void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  void close() override;
+
+ private:
+  struct alignas(64) Stripe {
+    mutable std::shared_mutex lock;
+  };
+  struct Hashed {
+    uint64_t h, kw, index;
+  };
+  Hashed hashed(std::string_view key) const;
+  Bucket* main(uint64_t i) const { return pool_.ptr<Bucket>(root_->buckets) + i; }
+  Bucket* at(uint64_t off) const { return pool_.ptr<Bucket>(off); }
+  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot) const;
+  // PAB: global bucket index <-> offset.
+  uint64_t area_start(uint64_t a) const { return root_->pab_initial * ((uint64_t{1} << a) - 1); }
+  uint64_t pab_capacity(uint64_t nareas) const { return area_start(nareas); }
+  uint64_t pab_offset(uint64_t g) const;
+  bool pab_index(uint64_t off, uint64_t* g) const;
+  Status take_chain_bucket(pm::Reservation* r, Bucket** out);
+  Status grow_pab();  // one more PAB area (under grow_mu_)
+  void maybe_grow_in_background();
+  void recover_pab();  // after a crash: taken-but-unlinked PAB buckets are reused
+  void persist_high_water(uint64_t n);
+
+  pm::Pool& pool_;
+  pm::Allocator& alloc_;
+  const common::Items& items_;
+  uint64_t root_off_;
+  Root* root_;
+  uint64_t nstripes_;
+  std::unique_ptr<Stripe[]> stripes_;
+  bool use_pab_;             // false: allocate every chain bucket on the write path (the baseline)
+  bool grow_in_background_;  // false: grow only when a take finds the PAB exhausted
+  std::atomic<uint64_t> pab_next_{0};  // next PAB bucket to hand out (DRAM)
+  std::atomic<uint64_t> pab_cap_{0};   // PAB buckets in the published areas
+  std::mutex free_mu_;
+  std::vector<uint64_t> pab_free_;  // holes found by recovery
+  std::mutex grow_mu_;
+  std::atomic<bool> growing_{false};
+  std::thread grower_;
+  std::atomic<uint64_t> grows_{0}, allocs_on_write_{0};
+};
+
+}  // namespace pmhash::wophi
