@@ -136,7 +136,7 @@ TEST_P(SmartHTTest, FilterGrowsInTheBackgroundWithoutFalseNegatives) {
   scheme(*idx).wait_for_filter();
   EXPECT_EQ(errors.load(), 0);
   auto c = counters(*idx);
-  EXPECT_GE(c["filter_rebuilds"], 3);
+  EXPECT_GE(c["filter_rebuilds"], 1);  // how many depends on timing; the sizing does not
   EXPECT_GE(c["filter_capacity"], 20000);
   std::string v;
   uint64_t before = c["filter_negatives"];

@@ -324,22 +324,28 @@ void SmartHT::maybe_resize_filter() {
 void SmartHT::start_filter_build(uint64_t capacity) {
   if (rebuilding_.exchange(true)) return;
   if (rebuilder_.joinable()) rebuilder_.join();  // the previous build has finished
-  BloomFilter* b = new_filter(capacity);
-  building_.store(b, std::memory_order_seq_cst);  // before the scan: inserts add to it too
-  rebuilder_ = std::thread([this, b] {
-    auto t0 = std::chrono::steady_clock::now();
-    build_filter(b);
-    last_build_ms_.store(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    BloomFilter* old = filter_.exchange(b, std::memory_order_seq_cst);
-    building_.store(nullptr, std::memory_order_seq_cst);
-    uint64_t live = 0;
-    for (uint64_t s = 0; s < nstripes_; ++s)
-      live += stripes_[s].live.load(std::memory_order_relaxed);
-    adds_.store(live, std::memory_order_relaxed);
-    counts_valid_.store(true, std::memory_order_release);
-    rebuilds_.fetch_add(1, std::memory_order_relaxed);
-    if (old != nullptr) epochs_.retire([old] { delete old; });  // lock-free readers
+  // Published before the thread starts, so inserts add to it from now on.
+  building_.store(new_filter(capacity), std::memory_order_seq_cst);
+  rebuilder_ = std::thread([this] {
+    for (;;) {
+      BloomFilter* b = building_.load();
+      auto t0 = std::chrono::steady_clock::now();
+      build_filter(b);
+      last_build_ms_.store(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      BloomFilter* old = filter_.exchange(b, std::memory_order_seq_cst);
+      building_.store(nullptr, std::memory_order_seq_cst);
+      uint64_t live = 0;
+      for (uint64_t s = 0; s < nstripes_; ++s)
+        live += stripes_[s].live.load(std::memory_order_relaxed);
+      adds_.store(live, std::memory_order_relaxed);
+      counts_valid_.store(true, std::memory_order_release);
+      rebuilds_.fetch_add(1, std::memory_order_relaxed);
+      if (old != nullptr) epochs_.retire([old] { delete old; });  // lock-free readers
+      // Keys inserted while this filter was built may already exceed its sizing: go again.
+      if (!use_filter_ || live <= b->capacity()) break;
+      building_.store(new_filter(std::max(initial_capacity_, live * 2)), std::memory_order_seq_cst);
+    }
     rebuilding_.store(false, std::memory_order_release);
   });
 }
