@@ -25,7 +25,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage = R"(usage: pmhash-bench [options]
-  --suite NAME          quick | smartht | turbohash  (a preset list of experiments)
+  --suite NAME          quick | smartht | turbohash | wophi  (preset experiments)
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
   --format fixed|variable   --key-size N --value-size N (variable format)
@@ -37,6 +37,7 @@ const char* kUsage = R"(usage: pmhash-bench [options]
   --mode auto|pm|emulated|msync   --pool-dir DIR   --pool-size BYTES
   --delay-ns N          injected PM write delay per flushed line
   --capacity-hint N     --repeat R (median of R runs)   --seed N   --no-recovery  --no-pin
+  --sequential-keys     keys are 0, 1, 2, ... (default: a bijective scramble of them)
   --json FILE  --csv FILE
 )";
 
@@ -111,6 +112,55 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.capacity_hint = c.keys;
       c.workloads = {};
       c.label = "recovery";
+      v.push_back(c);
+    }
+  } else if (name == "wophi") {
+    // Figs. 3-5: flushes and latency per insertion as the main buckets fill (load factor of
+    // the main buckets 0.05 .. 1.0 in 20 steps), random and sequential keys, with the PAB
+    // and with chain buckets allocated on the write path. 2^16 main buckets x 4 slots.
+    uint64_t mainb = uint64_t{1} << 16;
+    for (bool seq : {false, true})
+      for (bool pab : {true, false}) {
+        RunConfig c = base;
+        c.scheme = "wophi";
+        c.threads = 1;
+        c.keys = 0;
+        c.ops = mainb * 4;
+        c.sequential_keys = seq;
+        c.params = {{"buckets", std::to_string(mainb)}};
+        if (!pab) c.params["pab"] = "off";
+        c.workloads = {"lfsweep"};
+        c.label = std::string(pab ? "pab" : "alloc-on-write") + (seq ? " seq" : " rand");
+        c.recovery = false;
+        v.push_back(c);
+      }
+    // Fig. 6: insert and delete latency with injected PM write delays (load factor 0.75).
+    for (uint32_t d : {300u, 600u, 900u, 1200u}) {
+      RunConfig c = base;
+      c.scheme = "wophi";
+      c.threads = 1;
+      c.keys = mainb * 3;
+      c.ops = mainb;
+      c.delay_ns = d;
+      c.params = {{"buckets", std::to_string(mainb)}};
+      c.workloads = {"delete"};
+      c.label = "delay=" + std::to_string(d);
+      c.recovery = false;
+      v.push_back(c);
+    }
+    // Fig. 7: insert and delete throughput on a YCSB-style load (zipfian order), 1 and 2
+    // threads.
+    for (int t : {1, 2}) {
+      RunConfig c = base;
+      c.scheme = "wophi";
+      c.threads = t;
+      c.keys = n(16'000'000);
+      c.ops = c.keys;
+      c.capacity_hint = c.keys;
+      DistSpec::parse("zipfian:0.99", &c.dist);
+      c.workloads = {"delete"};
+      c.label = "ycsb";
+      c.recovery = false;
       v.push_back(c);
     }
   } else if (name == "turbohash") {
@@ -288,7 +338,7 @@ int main(int argc, char** argv) {
     bool ok;
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
-      std::fprintf(stderr, "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash)\n",
+      std::fprintf(stderr, "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash, wophi)\n",
                    suite_name.c_str());
       return 2;
     }

@@ -120,7 +120,9 @@ double percentile(std::vector<uint32_t>& v, double p) {
 class Runner {
  public:
   Runner(const RunConfig& c, std::vector<Row>* rows)
-      : c_(c), ks_(c.format == Format::kFixed, c.key_size, c.value_size), rows_(rows) {}
+      : c_(c),
+        ks_(c.format == Format::kFixed, c.key_size, c.value_size, c.sequential_keys),
+        rows_(rows) {}
 
   bool go(std::string* error);
 
@@ -156,6 +158,7 @@ Row Runner::base_row(const std::string& workload) const {
   r.tags["workload"] = workload;
   r.tags["dist"] = c_.dist.name();
   if (!c_.label.empty()) r.tags["label"] = c_.label;
+  if (c_.sequential_keys) r.tags["keys"] = "sequential";
   r.values["threads"] = c_.threads;
   r.values["keys"] = double(c_.keys);
   r.values["key_size"] = double(ks_.key_size());

@@ -23,6 +23,7 @@ struct RunConfig {
   uint64_t keys = 1'000'000;  // loaded in the load phase
   uint64_t ops = 1'000'000;   // per run-phase workload
   DistSpec dist;
+  bool sequential_keys = false;  // key = id (else a bijective scramble of it)
   // load is implicit; then any of: insert read negread update delete mixed ycsb-a ycsb-b
   // ycsb-c ycsb-d ycsb-f; and lfsweep (load factor / probe distance over inserts).
   std::vector<std::string> workloads = {"read"};

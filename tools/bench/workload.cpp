@@ -7,7 +7,7 @@
 namespace pmhash::bench {
 
 void KeySpace::key(uint64_t id, std::string* out) const {
-  uint64_t k = scramble(id);
+  uint64_t k = sequential_ ? id : scramble(id);
   if (fixed_) {
     out->assign(reinterpret_cast<const char*>(&k), 8);
     return;

@@ -19,8 +19,11 @@ inline uint64_t scramble(uint64_t x) {
 
 class KeySpace {
  public:
-  KeySpace(bool fixed, size_t key_size, size_t value_size)
-      : fixed_(fixed), key_size_(fixed ? 8 : key_size), value_size_(fixed ? 8 : value_size) {}
+  KeySpace(bool fixed, size_t key_size, size_t value_size, bool sequential = false)
+      : fixed_(fixed),
+        sequential_(sequential),
+        key_size_(fixed ? 8 : key_size),
+        value_size_(fixed ? 8 : value_size) {}
   // Writes key `id` into *out (reuses its capacity).
   void key(uint64_t id, std::string* out) const;
   void value(uint64_t id, uint64_t version, std::string* out) const;
@@ -29,6 +32,7 @@ class KeySpace {
 
  private:
   bool fixed_;
+  bool sequential_;  // keys are the ids themselves (WOPHI's SequenceNum), not scrambled
   size_t key_size_, value_size_;
 };
 
