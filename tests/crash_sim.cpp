@@ -90,6 +90,11 @@ void CrashSim::on_fence() {
   // Single-threaded mode: only the workload thread crashes (a background thread of the
   // index, e.g. a grower, only records; its writes are covered when the workload crashes).
   bool crash_here = multi_threaded || std::this_thread::get_id() == main_thread_;
+  if (crash_here && sample_rate < 1.0) {
+    uint64_t x = (fences_ + sample_seed) * 0x9E3779B97F4A7C15ull;  // seeded, reproducible
+    x ^= x >> 31;
+    crash_here = double(x % 1000000) < sample_rate * 1e6;
+  }
   if (at_crash_point && !in_callback_ && crash_here && fences_ % crash_every == 0) {
     in_callback_ = true;
     if (multi_threaded) {
@@ -509,6 +514,8 @@ CrashResult run_crash_test(const CrashConfig& cfg) {
   CrashSim sim;
   sim.multi_threaded = cfg.threads > 1;
   sim.crash_every = cfg.crash_every;
+  sim.sample_rate = cfg.sample_rate;
+  sim.sample_seed = cfg.seed;
   sim.at_crash_point = [&] { h.at_crash_point(sim); };
   OpenHooks hooks;
   hooks.persist_hook = &sim;

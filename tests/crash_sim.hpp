@@ -43,6 +43,8 @@ class CrashSim : public pm::PersistHook {
   // next primitive call (stop the world).
   bool multi_threaded = false;
   uint64_t crash_every = 1;  // crash at every n-th fence
+  double sample_rate = 1.0;  // sampled mode: crash at a seeded random fraction of the fences
+  uint64_t sample_seed = 1;
   void op_begin();
   void op_end();
   size_t dirty_words() { return dirty().size(); }
@@ -93,6 +95,7 @@ struct CrashConfig {
   uint64_t chunk_size = 64u << 10;
   int threads = 1;           // > 1: concurrent workers on disjoint keys, stop-the-world crashes
   uint64_t crash_every = 1;  // crash at every n-th fence
+  double sample_rate = 1.0;  // < 1: sampled mode, a seeded random subset of the fences
 };
 
 struct CrashResult {

@@ -28,6 +28,12 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   cfg.params = small_params(cfg.scheme);
   cfg.ops = (light() ? 60 : 220) * soak();
   cfg.seed = 1;
+  // Soak runs (PMHASH_CRASH_SOAK=N) use a larger key space and sample the fences.
+  if (soak() > 1) {
+    cfg.keys = 48 * soak();
+    cfg.pool_size = 8u << 20;
+    cfg.sample_rate = 0.25;
+  }
   CrashResult r = run_crash_test(cfg);
   std::printf(
       "[%s %s] crash states explored: %llu, failures: %llu "
