@@ -24,7 +24,7 @@ Status Items::make(std::string_view key, std::string_view value, uint64_t kw, Ne
   return Status::Ok();
 }
 
-bool Items::item_key(uint64_t value_word, std::string_view* key) const {
+bool Items::parse(uint64_t value_word, std::string_view* key, std::string_view* value) const {
   const pm::Pool& pool = alloc_.pool();
   if (value_word % pm::kMinBlock != 0 || !pool.contains(value_word, 8)) return false;
   const char* p = pool.ptr<char>(value_word);
@@ -33,7 +33,13 @@ bool Items::item_key(uint64_t value_word, std::string_view* key) const {
   std::memcpy(&vlen, p + 4, 4);
   if (!pool.contains(value_word, uint64_t{8} + klen + vlen)) return false;
   *key = std::string_view(p + 8, klen);
+  *value = std::string_view(p + 8 + klen, vlen);
   return true;
+}
+
+bool Items::item_key(uint64_t value_word, std::string_view* key) const {
+  std::string_view value;
+  return parse(value_word, key, &value);
 }
 
 bool Items::read_value(uint64_t value_word, std::string* out) const {
@@ -41,15 +47,25 @@ bool Items::read_value(uint64_t value_word, std::string* out) const {
     out->assign(reinterpret_cast<const char*>(&value_word), 8);
     return true;
   }
-  const pm::Pool& pool = alloc_.pool();
-  if (value_word % pm::kMinBlock != 0 || !pool.contains(value_word, 8)) return false;
-  const char* p = pool.ptr<char>(value_word);
-  uint32_t klen, vlen;
-  std::memcpy(&klen, p, 4);
-  std::memcpy(&vlen, p + 4, 4);
-  if (!pool.contains(value_word, uint64_t{8} + klen + vlen)) return false;
-  out->assign(p + 8 + klen, vlen);
+  std::string_view key, value;
+  if (!parse(value_word, &key, &value)) return false;
+  out->assign(value);
   return true;
+}
+
+void Items::replace_value(uint64_t& value_word, const New& n) const {
+  const pm::Persister& p = alloc_.pool().persister();
+  if (!variable_) {
+    store_word(value_word, n.value_word);
+    p.persist(&value_word, 8);
+    return;
+  }
+  p.fence();  // the new item is persisted before the commit that publishes it
+  pm::Tx tx(alloc_);
+  tx.publish(n.item);
+  tx.store(&value_word, n.value_word);
+  tx.free(value_word);
+  tx.commit();
 }
 
 std::string Items::slot_key_bytes(const Slot& s) const {

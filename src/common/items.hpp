@@ -77,6 +77,11 @@ class Items {
   Status make(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
   void cancel(const New& n) const { alloc_.cancel(n.item); }
 
+  // Replaces a live slot's value crash-atomically (caller holds the slot's write lock): one
+  // 8-byte store of the value word (fixed); a new item published, swapped in and the old one
+  // freed in one commit (variable). `n` comes from make().
+  void replace_value(uint64_t& value_word, const New& n) const;
+
   // Reads a value; false if a racy read saw an impossible item (the reader retries).
   bool read_value(uint64_t value_word, std::string* out) const;
   // The item's key (variable) — false if the offset does not hold a plausible item.
@@ -88,6 +93,8 @@ class Items {
   uint64_t owned_block(uint64_t value_word) const { return variable_ ? value_word : 0; }
 
  private:
+  // An item's key and value, if `value_word` holds a plausible item.
+  bool parse(uint64_t value_word, std::string_view* key, std::string_view* value) const;
   bool variable_;
   pm::Allocator& alloc_;
 };

@@ -162,17 +162,7 @@ Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
       common::Items::New item;
       Status s = items_.make(key, value, k.kw, &item);
       if (!s.ok()) return s;
-      if (items_.variable()) {
-        p.fence();
-        pm::Tx tx(alloc_);
-        tx.publish(item.item);
-        tx.store(&b->slots[i].value, item.value_word);
-        tx.free(b->slots[i].value);
-        tx.commit();
-      } else {
-        common::store_word(b->slots[i].value, item.value_word);
-        p.persist(&b->slots[i].value, 8);
-      }
+      items_.replace_value(b->slots[i].value, item);
       return Status::Ok();
     }
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
