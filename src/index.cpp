@@ -137,15 +137,39 @@ bool IndexImpl::check(std::string* report) const {
 
 void IndexImpl::close() {
   if (closed) return;
-  scheme->close();
+  if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
   epochs->drain();
   pool->set_clean(true);
   closed = true;
 }
 
+static Status open_index_resolved(const std::string& path, const Options& options,
+                                  const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
+                                  std::chrono::steady_clock::time_point t0);
+
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
                   std::unique_ptr<Index>* out) {
   auto t0 = std::chrono::steady_clock::now();
+  Options opts = options;
+  if (hooks.any_scheme) {  // take scheme and format from the pool's header
+    pm::PoolArgs pa;
+    pa.any_format = true;
+    pa.read_only = true;
+    std::unique_ptr<pm::Pool> probe;
+    Status ps = pm::Pool::open(path, pa, &probe);
+    if (!ps.ok()) return ps;
+    opts.scheme = probe->scheme();
+    opts.format = probe->format();
+  }
+  std::unique_ptr<IndexImpl> impl;
+  Status s = open_index_resolved(path, opts, hooks, &impl, t0);
+  if (s.ok()) out->reset(new Index(std::move(impl)));
+  return s;
+}
+
+static Status open_index_resolved(const std::string& path, const Options& options,
+                                  const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
+                                  std::chrono::steady_clock::time_point t0) {
   const SchemeFactory* f = find_scheme(options.scheme);
   if (f == nullptr) {
     std::string names;
@@ -170,6 +194,7 @@ Status open_index(const std::string& path, const Options& options, const OpenHoo
   if (hooks.chunk_size != 0) pa.chunk_size = hooks.chunk_size;
   pa.params = layout.serialize();
   pa.hook = hooks.persist_hook;
+  pa.read_only = hooks.read_only;
   s = pm::Pool::open(path, pa, &impl->pool);
   if (!s.ok()) return s;
   pm::Pool& pool = *impl->pool;
@@ -202,7 +227,7 @@ Status open_index(const std::string& path, const Options& options, const OpenHoo
   impl->recovered = !fresh && !clean;
   impl->open_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  out->reset(new Index(std::move(impl)));
+  *out = std::move(impl);
   return Status::Ok();
 }
 

@@ -59,14 +59,16 @@ Pool::~Pool() {
 Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr<Pool>* out) {
   std::unique_ptr<Pool> p(new Pool());
   p->path_ = path;
-  p->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | (args.create ? O_CREAT : 0), 0644);
+  p->read_only_ = args.read_only;
+  int flags = args.read_only ? O_RDONLY : O_RDWR | (args.create ? O_CREAT : 0);
+  p->fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
   if (p->fd_ < 0) {
     if (errno == ENOENT) return {Code::kNotFound, "pool file '" + path + "' does not exist"};
     return {Code::kIoError, errno_text("cannot open pool file", path)};
   }
   // flock locks belong to the open file description: a second open, in this process or
   // another, fails here.
-  if (flock(p->fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (flock(p->fd_, (args.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
       return {Code::kPoolBusy, "pool '" + path + "' is already open (locked by another user)"};
     return {Code::kIoError, errno_text("cannot lock pool file", path)};
@@ -76,7 +78,8 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
   if (file_size == 0) {
-    if (!args.create) return {Code::kNotAPool, "'" + path + "' is empty: not a pmhash pool"};
+    if (!args.create || args.read_only)
+      return {Code::kNotAPool, "'" + path + "' is empty: not a pmhash pool"};
     Status s = p->create_layout(args);
     if (!s.ok()) {
       if (ftruncate(p->fd_, 0) != 0) { /* leave it empty as we found it */
@@ -140,6 +143,7 @@ Status Pool::map(const PoolArgs& args) {
     return {Code::kIoError, std::string("libpmem2 config: ") + pmem2_errormsg()};
   pmem2_config_set_required_store_granularity(cfg, PMEM2_GRANULARITY_PAGE);
   pmem2_config_set_length(cfg, size_);
+  if (read_only_) pmem2_config_set_sharing(cfg, PMEM2_PRIVATE);  // writes stay in memory
   int rc = pmem2_map_new(&map_, cfg, source_);
   pmem2_config_delete(&cfg);
   if (rc != 0) return {Code::kIoError, "cannot map '" + path_ + "': " + pmem2_errormsg()};
@@ -158,6 +162,11 @@ Status Pool::map(const PoolArgs& args) {
     mode = dax ? Mode::kPm : (tmpfs ? Mode::kEmulated : Mode::kMsync);
   }
   mode_ = mode;
+  if (read_only_) {  // nothing reaches the file: report the mode, flush nothing
+    persister_.instr = FlushInstr::kNothing;
+    persister_.fence_enabled = false;
+    return Status::Ok();
+  }
   persister_.delay_ns = args.delay_ns;
   persister_.hook = args.hook;
   switch (mode) {

@@ -75,6 +75,9 @@ struct PoolArgs {
   uint64_t chunk_size = 1ull << 20;
   std::string params;  // scheme layout parameters recorded at creation
   PersistHook* hook = nullptr;
+  // Inspect without changing the file: shared lock, private copy-on-write mapping (recovery
+  // runs in private pages), persistence off. For tools (info, check, export).
+  bool read_only = false;
 };
 
 class Pool {
@@ -107,6 +110,7 @@ class Pool {
 
   bool was_clean() const { return was_clean_; }  // clean flag found at open
   bool created() const { return created_; }      // this open created the pool
+  bool read_only() const { return read_only_; }
   uint64_t root() const;
   void set_clean(bool clean);  // 8-byte store + persist
 
@@ -128,6 +132,7 @@ class Pool {
   Persister persister_;
   bool was_clean_ = false;
   bool created_ = false;
+  bool read_only_ = false;
 };
 
 // A mutation is active when its bit is set in Pool::mutations. Compiled out without hooks.

@@ -230,7 +230,17 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
 
 }  // namespace
 
+namespace pmhash::bench {
+int bench_main(int argc, char** argv);
+}
+
+#ifndef PMHASH_BENCH_NO_MAIN
 int main(int argc, char** argv) {
+  return pmhash::bench::bench_main(argc, argv);
+}
+#endif
+
+int pmhash::bench::bench_main(int argc, char** argv) {
   RunConfig base;
   std::string suite_name, json_path, csv_path;
   std::vector<std::string> scheme_list = schemes(), variants = {"pm"}, thread_list = {"1"};

@@ -1,0 +1,214 @@
+// pmhash — inspect, check, dump and load pool files; run the benchmark.
+//
+//   pmhash info POOL          what the pool holds (the file is not changed)
+//   pmhash check POOL         structural + leak check (the file is not changed); exit 0 if clean
+//   pmhash export POOL FILE   every item to a portable dump (docs/cli.md)
+//   pmhash import FILE POOL --scheme S [--format fixed|variable] [--params k=v,..]
+//                             [--pool-size BYTES]
+//   pmhash bench ...          the benchmark driver (pmhash-bench)
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "index_impl.hpp"
+
+namespace pmhash::bench {
+int bench_main(int argc, char** argv);
+}
+
+using namespace pmhash;
+
+namespace {
+
+constexpr char kDumpMagic[8] = {'P', 'M', 'H', 'X', 'P', 'O', 'R', 'T'};
+constexpr uint32_t kDumpVersion = 1;
+constexpr uint32_t kEnd = 0xFFFFFFFF;
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: pmhash info POOL | check POOL | export POOL FILE |\n"
+               "       import FILE POOL --scheme S [--format fixed|variable] [--params k=v,..]"
+               " [--pool-size BYTES] | bench ...\n");
+  return 2;
+}
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "pmhash: %s\n", what.c_str());
+  return 1;
+}
+
+// Opens whatever scheme and format the pool holds, without changing the file.
+Status open_read_only(const std::string& path, std::unique_ptr<Index>* out) {
+  OpenHooks h;
+  h.read_only = true;
+  h.any_scheme = true;
+  Options o;
+  o.create = false;
+  return open_index(path, o, h, out);
+}
+
+int info(const std::string& path) {
+  std::unique_ptr<Index> idx;
+  Status s = open_read_only(path, &idx);
+  if (!s.ok()) return fail(s.to_string());
+  Stats st = idx->stats();
+  const pm::Pool& pool = *idx->impl()->pool;
+  char uuid[40];
+  const uint8_t* u = pool.header().uuid;
+  std::snprintf(uuid, sizeof uuid,
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+                u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+                u[15]);
+  std::printf("pool:         %s\n", path.c_str());
+  std::printf("uuid:         %s\n", uuid);
+  std::printf("scheme:       %s (layout %s)\n", st.scheme.c_str(), pool.params().c_str());
+  std::printf("format:       %s\n", format_name(st.format));
+  std::printf("mode:         %s\n", mode_name(st.mode));
+  std::printf("pool bytes:   %llu (allocated %llu)\n",
+              static_cast<unsigned long long>(st.pool_bytes),
+              static_cast<unsigned long long>(st.pm_bytes));
+  std::printf("keys:         %llu\n", static_cast<unsigned long long>(st.size));
+  std::printf("load factor:  %.3f\n", st.load_factor);
+  std::printf("last close:   %s\n",
+              st.recovered_from_crash ? "crashed (the next open runs recovery)" : "clean");
+  return 0;
+}
+
+int check(const std::string& path) {
+  std::unique_ptr<Index> idx;
+  Status s = open_read_only(path, &idx);
+  if (!s.ok()) return fail(s.to_string());
+  std::string report;
+  bool ok = idx->impl()->check(&report);
+  std::printf("%s: %s, %llu keys: %s\n", path.c_str(), idx->stats().scheme.c_str(),
+              static_cast<unsigned long long>(idx->size()), ok ? "clean" : "PROBLEMS FOUND");
+  if (!ok) std::printf("%s", report.c_str());
+  return ok ? 0 : 1;
+}
+
+void put32(std::ostream& o, uint32_t v) {
+  o.write(reinterpret_cast<const char*>(&v), 4);
+}
+
+int export_pool(const std::string& path, const std::string& file) {
+  std::unique_ptr<Index> idx;
+  Status s = open_read_only(path, &idx);
+  if (!s.ok()) return fail(s.to_string());
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  if (!out) return fail("cannot write '" + file + "'");
+  out.write(kDumpMagic, 8);
+  put32(out, kDumpVersion);
+  put32(out, static_cast<uint32_t>(idx->stats().format));
+  struct Ctx {
+    std::ofstream* out;
+    uint64_t n;
+  } ctx{&out, 0};
+  idx->for_each(
+      [](void* c, std::string_view k, std::string_view v) {
+        auto* x = static_cast<Ctx*>(c);
+        put32(*x->out, static_cast<uint32_t>(k.size()));
+        put32(*x->out, static_cast<uint32_t>(v.size()));
+        x->out->write(k.data(), static_cast<std::streamsize>(k.size()));
+        x->out->write(v.data(), static_cast<std::streamsize>(v.size()));
+        x->n++;
+      },
+      &ctx);
+  put32(out, kEnd);
+  put32(out, 0);
+  out.write(reinterpret_cast<const char*>(&ctx.n), 8);
+  if (!out.flush()) return fail("write to '" + file + "' failed");
+  std::printf("exported %llu items from %s\n", static_cast<unsigned long long>(ctx.n),
+              path.c_str());
+  return 0;
+}
+
+int import_pool(const std::string& file, const std::string& path, Options o) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return fail("cannot read '" + file + "'");
+  std::string data((std::istreambuf_iterator<char>(in)), {});
+  auto bad = [&](const std::string& why) {
+    return fail("'" + file + "' is not a valid pmhash dump: " + why);
+  };
+  if (data.size() < 16 || std::memcmp(data.data(), kDumpMagic, 8) != 0) return bad("no dump magic");
+  uint32_t version, fmt;
+  std::memcpy(&version, data.data() + 8, 4);
+  std::memcpy(&fmt, data.data() + 12, 4);
+  if (version != kDumpVersion) return bad("unsupported version " + std::to_string(version));
+  // Validate the whole dump before creating anything.
+  std::vector<std::pair<std::string_view, std::string_view>> items;
+  size_t pos = 16;
+  for (;;) {
+    if (pos + 8 > data.size()) return bad("truncated");
+    uint32_t kl, vl;
+    std::memcpy(&kl, data.data() + pos, 4);
+    std::memcpy(&vl, data.data() + pos + 4, 4);
+    pos += 8;
+    if (kl == kEnd) {
+      uint64_t n;
+      if (pos + 8 != data.size()) return bad("truncated or trailing bytes");
+      std::memcpy(&n, data.data() + pos, 8);
+      if (n != items.size()) return bad("item count does not match");
+      break;
+    }
+    if (pos + uint64_t{kl} + vl > data.size()) return bad("truncated");
+    items.emplace_back(std::string_view(data.data() + pos, kl),
+                       std::string_view(data.data() + pos + kl, vl));
+    pos += uint64_t{kl} + vl;
+  }
+  if (access(path.c_str(), F_OK) == 0)
+    return fail("'" + path + "' exists: import creates a new pool");
+  if (fmt == 1 && o.format == Format::kFixed && !items.empty() &&
+      (items[0].first.size() != 8 || items[0].second.size() != 8))
+    o.format = Format::kVariable;  // variable items need a variable pool
+  if (!o.capacity_hint) o.capacity_hint = items.size();
+  std::unique_ptr<Index> idx;
+  Status s = Index::open(path, o, &idx);
+  if (!s.ok()) return fail(s.to_string());
+  for (auto& [k, v] : items) {
+    s = idx->insert(k, v);
+    if (!s.ok()) return fail("import stopped: " + s.to_string());
+  }
+  std::printf("imported %zu items into %s (%s, %s)\n", items.size(), path.c_str(), o.scheme.c_str(),
+              format_name(o.format));
+  return idx->close().ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  std::string cmd = argv[1];
+  if (cmd == "bench") return pmhash::bench::bench_main(argc - 1, argv + 1);
+  if (cmd == "info" && argc == 3) return info(argv[2]);
+  if (cmd == "check" && argc == 3) return check(argv[2]);
+  if (cmd == "export" && argc == 4) return export_pool(argv[2], argv[3]);
+  if (cmd == "import" && argc >= 4) {
+    Options o;
+    o.scheme.clear();
+    for (int i = 4; i < argc; ++i) {
+      std::string a = argv[i];
+      if (i + 1 >= argc) return usage();
+      std::string v = argv[++i];
+      if (a == "--scheme")
+        o.scheme = v;
+      else if (a == "--format")
+        o.format = v == "variable" ? Format::kVariable : Format::kFixed;
+      else if (a == "--pool-size")
+        o.pool_size = std::stoull(v);
+      else if (a == "--params") {
+        std::stringstream ss(v);
+        for (std::string kv; std::getline(ss, kv, ',');)
+          if (kv.find('=') != std::string::npos)
+            o.params[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+      } else
+        return usage();
+    }
+    if (o.scheme.empty()) return usage();
+    return import_pool(argv[2], argv[3], o);
+  }
+  return usage();
+}
