@@ -62,6 +62,29 @@ struct SchemeFactory {
   Status (*open)(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
 };
 
+// Pool creation (docs/pool-format.md): a new scheme's objects are allocated without a log —
+// nothing reaches them until the root is published, and a creation that did not finish is
+// formatted away at the next open — then the root is published by one 8-byte store.
+// The objects must be written and flushed; this fences before publishing.
+inline void publish_new_root(SchemeContext& ctx, const std::vector<pm::Reservation>& objects,
+                             uint64_t root_off) {
+  for (const pm::Reservation& r : objects) ctx.alloc.publish_unlogged(r);
+  ctx.pool.persister().fence();
+  pm::Tx tx(ctx.alloc);
+  tx.store(&ctx.pool.mutable_header().root, root_off);
+  tx.commit();
+}
+
+// The root of an existing pool if it is an allocated block of the right size with the
+// scheme's magic (its first word), else null.
+template <class Root>
+Root* existing_root(SchemeContext& ctx, uint64_t magic) {
+  uint64_t off = ctx.pool.root();
+  if (ctx.alloc.block_size(off) < sizeof(Root)) return nullptr;
+  Root* r = ctx.pool.ptr<Root>(off);
+  return r->magic == magic ? r : nullptr;
+}
+
 const SchemeFactory* find_scheme(const std::string& name);
 const std::vector<const SchemeFactory*>& all_schemes();
 

@@ -95,22 +95,16 @@ Status SmartHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   p.flush(ctx.pool.ptr<char>(array.off), heads * sizeof(Bucket));
   *ctx.pool.ptr<Root>(root.off) = Root{kRootMagic, heads, array.off, stripe, 0, {0, 0, 0}};
   p.flush(ctx.pool.ptr<char>(root.off), sizeof(Root));
-  ctx.alloc.publish_unlogged(root);  // unreachable until the root is published
-  ctx.alloc.publish_unlogged(array);
-  p.fence();
-  pm::Tx tx(ctx.alloc);
-  tx.store(&ctx.pool.mutable_header().root, root.off);
-  tx.commit();
+  publish_new_root(ctx, {root, array}, root.off);
   *out = std::make_unique<SmartHT>(ctx, root.off, Start::kFresh);
   return Status::Ok();
 }
 
 Status SmartHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
+  const Root* root = existing_root<Root>(ctx, kRootMagic);
+  if (root == nullptr) return {Code::kCorrupted, "smartht: root object missing or damaged"};
+  const Root& r = *root;
   uint64_t root_off = ctx.pool.root();
-  if (ctx.alloc.block_size(root_off) < sizeof(Root) ||
-      ctx.pool.ptr<Root>(root_off)->magic != kRootMagic)
-    return {Code::kCorrupted, "smartht: root object missing or damaged"};
-  const Root& r = *ctx.pool.ptr<Root>(root_off);
   if (r.nheads == 0 || r.stripe == 0 || ctx.alloc.block_size(r.heads) < r.nheads * sizeof(Bucket))
     return {Code::kCorrupted, "smartht: head bucket array missing or damaged"};
   *out = std::make_unique<SmartHT>(ctx, root_off, clean ? Start::kCleanReopen : Start::kAfterCrash);

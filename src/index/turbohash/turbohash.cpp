@@ -85,24 +85,17 @@ Status TurboHash::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   auto* r = ctx.pool.ptr<Root>(root.off);
   *r = Root{kRootMagic, nshards, scope, dir.off, {0, 0, 0, 0}};
   p.flush(r, sizeof(Root));
-  // Nothing is reachable until the root is published, and an unfinished creation is
-  // formatted away at the next open: no log needed for these allocations.
-  for (auto& res : all) a.publish_unlogged(res);
-  p.fence();
-  pm::Tx tx(a);
-  tx.store(&ctx.pool.mutable_header().root, root.off);
-  tx.commit();
+  publish_new_root(ctx, all, root.off);
   *out = std::make_unique<TurboHash>(ctx, root.off);
   return Status::Ok();
 }
 
 Status TurboHash::open(SchemeContext& ctx, bool /*clean: recovery is the same, §3.7*/,
                        std::unique_ptr<Scheme>* out) {
+  const Root* root = existing_root<Root>(ctx, kRootMagic);
+  if (root == nullptr) return {Code::kCorrupted, "turbohash: root object missing or damaged"};
+  const Root& r = *root;
   uint64_t root_off = ctx.pool.root();
-  if (ctx.alloc.block_size(root_off) < sizeof(Root) ||
-      ctx.pool.ptr<Root>(root_off)->magic != kRootMagic)
-    return {Code::kCorrupted, "turbohash: root object missing or damaged"};
-  const Root& r = *ctx.pool.ptr<Root>(root_off);
   if (r.nshards == 0 || r.scope == 0 ||
       ctx.alloc.block_size(r.directory) < r.nshards * sizeof(Descriptor))
     return {Code::kCorrupted, "turbohash: shard directory missing or damaged"};

@@ -74,21 +74,16 @@ Status Wophi::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   std::memset(static_cast<void*>(rt), 0, sizeof(Root));
   *rt = Root{kRootMagic, n, main.off, stripe, 0, pab, 1, 0, {area.off}};
   p.flush(rt, sizeof(Root));
-  for (auto& r : {root, main, area}) ctx.alloc.publish_unlogged(r);  // unreachable until root
-  p.fence();
-  pm::Tx tx(ctx.alloc);
-  tx.store(&ctx.pool.mutable_header().root, root.off);
-  tx.commit();
+  publish_new_root(ctx, {root, main, area}, root.off);
   *out = std::make_unique<Wophi>(ctx, root.off, false);
   return Status::Ok();
 }
 
 Status Wophi::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
+  const Root* root = existing_root<Root>(ctx, kRootMagic);
+  if (root == nullptr) return {Code::kCorrupted, "wophi: root object missing or damaged"};
+  const Root& r = *root;
   uint64_t root_off = ctx.pool.root();
-  if (ctx.alloc.block_size(root_off) < sizeof(Root) ||
-      ctx.pool.ptr<Root>(root_off)->magic != kRootMagic)
-    return {Code::kCorrupted, "wophi: root object missing or damaged"};
-  const Root& r = *ctx.pool.ptr<Root>(root_off);
   if (r.nbuckets == 0 || r.stripe == 0 || r.pab_initial == 0 || r.nareas == 0 ||
       r.nareas > kMaxAreas || ctx.alloc.block_size(r.buckets) < r.nbuckets * sizeof(Bucket))
     return {Code::kCorrupted, "wophi: main buckets missing or damaged"};
