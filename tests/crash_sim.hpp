@@ -37,7 +37,6 @@ class CrashSim : public pm::PersistHook {
   std::function<void()> at_crash_point;
   // Builds a crash image of the current crash point.
   void make_image(Mix mix, uint64_t seed, std::vector<char>* out);
-  uint64_t fences() const { return fences_; }
   // Multi-threaded mode: the harness brackets each operation, so no operation starts while
   // a crash point is being explored; hook calls serialize, so other threads park at their
   // next primitive call (stop the world).

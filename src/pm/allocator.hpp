@@ -61,7 +61,6 @@ class Allocator {
   uint64_t block_size(uint64_t off) const;  // 0 if off is not the start of a live object
   void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
-  uint64_t heap_bytes() const { return nchunks_ * chunk_; }
   Pool& pool() const { return pool_; }
 
  private:

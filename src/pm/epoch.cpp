@@ -31,7 +31,6 @@ void Epochs::retire(std::function<void()> fn) {
     l.retired.emplace_back(global_.load(std::memory_order_seq_cst), std::move(fn));
     n = l.retired.size();
   }
-  pending_.fetch_add(1, std::memory_order_relaxed);
   if (n % 32 == 0) collect(tid);
 }
 
@@ -59,7 +58,6 @@ void Epochs::collect(unsigned tid) {
     l.retired.resize(kept);
   }
   for (auto& f : ready) f();
-  pending_.fetch_sub(ready.size(), std::memory_order_relaxed);
 }
 
 void Epochs::drain() {
@@ -70,7 +68,6 @@ void Epochs::drain() {
       items.swap(locals_[i].retired);
     }
     for (auto& r : items) r.second();
-    pending_.fetch_sub(items.size(), std::memory_order_relaxed);
   }
 }
 

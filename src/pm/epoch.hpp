@@ -37,7 +37,6 @@ class Epochs {
   void retire(std::function<void()> fn);
   // Runs everything retired; only when no reader can be active (close, tests).
   void drain();
-  uint64_t pending() const { return pending_.load(std::memory_order_relaxed); }
 
  private:
   void enter(unsigned tid);
@@ -53,7 +52,6 @@ class Epochs {
   std::shared_ptr<ThreadRegistry> threads_;
   std::atomic<uint64_t> global_{1};
   std::unique_ptr<Local[]> locals_;
-  std::atomic<uint64_t> pending_{0};
 };
 
 }  // namespace pmhash::pm

@@ -246,7 +246,6 @@ Status Pool::create_layout(const PoolArgs& args) {
   std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base_))
       .store(*reinterpret_cast<const uint64_t*>(kPoolMagic));
   persister_.persist(base_, 8);
-  created_ = true;
   was_clean_ = false;
   return Status::Ok();
 }

@@ -109,7 +109,6 @@ class Pool {
   const std::string& path() const { return path_; }
 
   bool was_clean() const { return was_clean_; }  // clean flag found at open
-  bool created() const { return created_; }      // this open created the pool
   bool read_only() const { return read_only_; }
   uint64_t root() const;
   void set_clean(bool clean);  // 8-byte store + persist
@@ -131,7 +130,6 @@ class Pool {
   Mode mode_ = Mode::kAuto;
   Persister persister_;
   bool was_clean_ = false;
-  bool created_ = false;
   bool read_only_ = false;
 };
 
