@@ -58,6 +58,10 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
     EXPECT_GT(r.counters["pab_grows"], 0);  // WOPHI: crashes between PAB take and link,
     EXPECT_GT(r.counters["pab_used"], 0);   // and inside PAB growth
   }
+  if (r.counters.count("level_resizes")) {
+    EXPECT_GT(r.counters["level_resizes"], 0);     // HDNH: crashes inside level resizes,
+    EXPECT_GT(r.counters["rehashed_records"], 0);  // while records move between levels
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(all_scheme_formats()),

@@ -48,6 +48,7 @@ inline std::map<std::string, std::string> small_params(const std::string& scheme
   if (scheme == "smartht") return {{"buckets", "4"}, {"stripe", "2"}, {"filter_keys", "16"}};
   if (scheme == "wophi")
     return {{"buckets", "4"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "inline"}};
+  if (scheme == "hdnh") return {{"segment_bytes", "256"}, {"segments", "1"}};
   return {};
 }
 

@@ -1,0 +1,223 @@
+// HDNH (Zhu et al., "HDNH: a read-efficient and write-optimized hashing scheme for hybrid
+// DRAM-NVM memory", ICPP '21): a two-level non-volatile table in PM in the style of Level
+// hashing, mirrored slot for slot in DRAM by the Optimistic Compression Filter (OCF), plus a
+// DRAM hot table with RAFL replacement. docs/schemes/hdnh.md maps the paper to this code.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <vector>
+
+#include "index/scheme.hpp"
+
+namespace pmhash::hdnh {
+
+inline constexpr int kSlots = 8;  // slots per non-volatile bucket (§4.1)
+
+// A non-volatile bucket (§3.1): 256 bytes, the Optane media access granularity.
+//
+//   bytes   0 ..   7  bitmap  (bit i: slot i holds a valid record)
+//   bytes   8 ..  15  reserved (0)
+//   bytes  16 .. 143  slot 0 .. slot 7, 16 B each (common/items.hpp: key word | value word)
+//   bytes 144 .. 255  padding (the paper's 16-byte keys and 15-byte values fill it; ours are
+//                     8 + 8 bytes inline or out of line, so half the bucket is unused)
+struct alignas(256) Bucket {
+  uint64_t bitmap;
+  uint64_t reserved;
+  common::Slot slots[kSlots];
+  uint8_t pad[112];
+};
+static_assert(sizeof(Bucket) == 256 && offsetof(Bucket, slots) == 16);
+
+// A level in PM: `segments` segments of `segment_buckets` buckets, one contiguous block.
+struct LevelDesc {
+  uint64_t off;
+  uint64_t segments;
+};
+
+// PM root. Top level: 2M segments, bottom level: M (§3.1). While resizing (§3.7):
+// resizing_flag = 1; level_number = 2 until the new top level is attached, 3 while the
+// bottom level is rehashed into it; rehash_progress = the next bottom bucket to rehash
+// (segment * segment_buckets + bucket).
+struct Root {
+  uint64_t magic;
+  uint64_t segment_buckets;
+  LevelDesc top;
+  LevelDesc bottom;
+  LevelDesc new_top;
+  uint64_t resizing_flag;
+  uint64_t level_number;
+  uint64_t rehash_progress;
+  uint64_t reserved[6];
+};
+inline constexpr uint64_t kRootMagic = 0x484E'4448ull;  // "HDNH"
+
+// OCF entry (§3.2, Fig. 4), 2 bytes per non-volatile slot, changed only by CAS:
+//   bits 0..7 fingerprint (low byte of the key's hash) | bit 8 bitmap | bit 9 opmap |
+//   bits 10..15 version
+namespace ocf {
+inline constexpr uint16_t kValid = 1u << 8, kBusy = 1u << 9, kVersionOne = 1u << 10;
+inline uint8_t fp(uint16_t e) {
+  return static_cast<uint8_t>(e);
+}
+inline bool valid(uint16_t e) {
+  return (e & kValid) != 0;
+}
+inline bool busy(uint16_t e) {
+  return (e & kBusy) != 0;
+}
+// The entry after a writer's change: new fingerprint and bitmap bit, unlocked, version + 1.
+inline uint16_t next(uint16_t e, bool is_valid, uint8_t f) {
+  return static_cast<uint16_t>(((e & 0xFC00u) + kVersionOne) | (is_valid ? kValid : 0) | f);
+}
+}  // namespace ocf
+
+enum class Replacement { kRafl, kLru, kOff };
+
+// Hot-table slot metadata (§3.3, Fig. 5): bit 0 valid, bit 1 opmap, bit 2 hotmap, 3.. version.
+namespace hot {
+inline constexpr uint16_t kValid = 1, kBusy = 2, kHot = 4, kVersionOne = 8;
+}
+
+// The DRAM side of one level: its OCF and its hot-table level (same buckets, fewer slots).
+struct Level {
+  Bucket* buckets = nullptr;  // PM
+  uint64_t off = 0;
+  uint64_t segments = 0;
+  uint64_t nbuckets = 0;
+  std::unique_ptr<std::atomic<uint16_t>[]> ocf;  // nbuckets * kSlots
+  // Hot table: nbuckets * hot_slots entries (empty when the hot table is off).
+  std::unique_ptr<std::atomic<uint16_t>[]> hot_meta;
+  std::unique_ptr<std::atomic<uint64_t>[]> hot_key, hot_value, hot_stamp;
+};
+
+// The levels in search order: {top, bottom}, or {top, bottom, new top} while resizing
+// (old before new, so a reader never misses a record being moved bottom -> new top).
+struct LevelSet {
+  Level* lv[3] = {nullptr, nullptr, nullptr};
+  int n = 0;
+};
+
+class Hdnh final : public Scheme {
+ public:
+  struct Config {
+    Replacement replacement = Replacement::kRafl;
+    int hot_slots = 4;
+    bool use_ocf = true;
+    bool background_write = false;
+    unsigned recovery_threads = 0;
+  };
+  Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
+  ~Hdnh() override;
+  static Status layout(const Options& o, common::Params* layout);
+  static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
+  static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+
+  Status put(std::string_view key, std::string_view value, PutMode mode) override;
+  Status get(std::string_view key, std::string* value) override;
+  Status remove(std::string_view key) override;
+  uint64_t size() const override;
+  uint64_t capacity_slots() const override;
+  uint64_t dram_bytes() const override;
+  void counters(std::map<std::string, double>* out) const override;
+  bool check(std::string* report) const override;
+  void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
+  void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+
+ private:
+  struct Hashed {
+    uint64_t h1, h2, kw;
+    uint8_t fp;
+  };
+  struct Loc {
+    Level* level = nullptr;
+    uint64_t bucket = 0;
+    int slot = -1;
+    uint16_t entry = 0;  // the OCF entry seen
+  };
+  struct Candidates {
+    uint64_t b[4];
+    int n;
+  };
+  struct alignas(64) ThreadStats {
+    std::atomic<uint64_t> pos_reads{0}, neg_reads{0}, pm_slots_pos{0}, pm_slots_neg{0};
+    std::atomic<uint64_t> hot_hits{0}, retries{0};
+    std::atomic<int64_t> items{0};
+  };
+  struct Partner;  // the background thread of the synchronous write mechanism (§3.4)
+  class StripeLock;
+
+  static Status parse_config(const common::Params& runtime, Config* cfg);
+  Hashed hashed(std::string_view key) const;
+  Hashed hashed_slot(uint64_t key_word) const;
+  Candidates candidates(const Level& l, const Hashed& k) const;
+  uint64_t hot_bucket(const Level& l, const Hashed& k) const;
+  Level* make_level(uint64_t off, uint64_t segments);
+  void publish_levels(std::initializer_list<Level*> lv);
+  std::atomic<uint32_t>& stripe(uint64_t h) const { return stripes_[h & (kStripes - 1)]; }
+  ThreadStats& stats() const { return tstats_[threads_.id()]; }
+
+  // Lookup through the OCF (§3.5 steps 2-3): false if absent. Takes no lock.
+  bool find(const LevelSet& set, const Hashed& k, std::string_view key, Loc* loc,
+            uint64_t* value_word, bool* retry, uint64_t* pm_slots) const;
+  // Claims (opmap) a free slot among the insert candidates; false if all are full.
+  bool claim_free(const LevelSet& set, const Hashed& k, Loc* loc);
+  bool claim_in(Level& l, uint64_t bucket, Loc* loc);
+  bool lock_slot(Loc* loc);  // opmap on a valid slot, if it still holds what was seen
+  void unlock_slot(const Loc& loc, bool is_valid, uint8_t fp);
+  // Changes a PM bitmap failure-atomically (fixed: one atomic RMW; variable: with the
+  // allocation and free in one commit).
+  void commit_bitmap(Bucket& b, uint64_t set, uint64_t clear, const pm::Reservation* publish,
+                     uint64_t free_off);
+
+  // Hot table (§3.3).
+  bool hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value);
+  void hot_put(const LevelSet& set, const Hashed& k, std::string_view key, std::string_view value);
+  void hot_remove(const LevelSet& set, const Hashed& k, std::string_view key);
+  void hot_release(uint64_t value_word);
+  bool hot_matches(uint64_t kw, uint64_t vw, const Hashed& k, std::string_view key) const;
+  void hot_job(int op, const LevelSet& set, const Hashed& k, std::string_view key,
+               std::string_view value);
+  void hot_wait();
+  Partner* partner();
+
+  // Resizing (§2.2, §3.7).
+  Status resize(uint64_t seen_seq);
+  Status attach_new_top();
+  Status rehash();
+  bool rehash_bucket(uint64_t b);
+  void fix_partial_bucket();  // after a crash inside rehash_bucket
+  bool bucket_live(const Level& l, uint64_t b) const;
+
+  void rebuild_dram();  // §3.7: one traversal rebuilds OCF and hot table
+
+  pm::Pool& pool_;
+  pm::Allocator& alloc_;
+  pm::Epochs& epochs_;
+  pm::ThreadRegistry& threads_;
+  const common::Items& items_;
+  uint64_t root_off_;
+  Root* root_;
+  uint64_t m_;  // buckets per segment
+  Config cfg_;
+  std::atomic<LevelSet*> levels_{nullptr};
+  std::atomic<uint64_t> resize_seq_{0};  // odd while the level set has three levels
+  mutable std::shared_mutex resize_mu_;  // writers shared, the resizer exclusive
+  static constexpr uint64_t kStripes = 4096;
+  std::unique_ptr<std::atomic<uint32_t>[]> stripes_;       // writers of one key (see docs)
+  std::unique_ptr<std::atomic<uint32_t>[]> bucket_locks_;  // variable format: bitmap commits
+  std::unique_ptr<ThreadStats[]> tstats_;
+  std::atomic<uint64_t> clock_{0};  // LRU stamps
+  std::atomic<uint64_t> resizes_{0}, rehashed_{0}, hot_evictions_{0};
+  std::atomic<bool> resize_blocked_{false};
+  std::mutex partners_mu_;
+  std::unique_ptr<std::unique_ptr<Partner>[]> partners_;
+  int64_t base_items_ = 0;  // records found by rebuild_dram()
+  double recovery_ms_ = 0;
+};
+
+}  // namespace pmhash::hdnh
