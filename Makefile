@@ -5,9 +5,9 @@
 JOBS    ?= 2
 PYTHON  ?= /usr/bin/python3
 POOL_DIR ?= /dev/shm
-CMAKE_COMMON = -DPMHASH_WERROR=ON
+CMAKE_COMMON = -DPMHASH_WERROR=ON -DPython_EXECUTABLE=$(PYTHON)
 
-.PHONY: all deps build test test-asan test-tsan ci bench bench-suite format format-check clean
+.PHONY: all deps build test test-asan test-tsan test-pip ci bench bench-suite format format-check clean
 
 all: build
 
@@ -24,21 +24,29 @@ test: build
 # Sanitizer builds: lighter crash exploration (they run 5-20x slower).
 test-asan: deps
 	cmake -S . -B build/asan $(CMAKE_COMMON) -DPMHASH_SANITIZE=address,undefined \
-	  -DPMHASH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	  -DPMHASH_BUILD_BENCH=OFF -DPMHASH_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build build/asan -j$(JOBS)
 	cd build/asan && PMHASH_CRASH_LIGHT=1 ctest --output-on-failure -j$(JOBS)
 
 test-tsan: deps
 	cmake -S . -B build/tsan $(CMAKE_COMMON) -DPMHASH_SANITIZE=thread \
-	  -DPMHASH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	  -DPMHASH_BUILD_BENCH=OFF -DPMHASH_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build/tsan -j$(JOBS)
 	cd build/tsan && PMHASH_CRASH_LIGHT=1 TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j$(JOBS)
 
-ci: test test-asan test-tsan format-check
+# `pip install .` into a fresh virtualenv (build backend from PyPI), then the Python tests
+# against the installed package.
+test-pip: deps
+	rm -rf build/venv
+	$(PYTHON) -m venv --system-site-packages build/venv
+	build/venv/bin/pip install -q .
+	cd build && venv/bin/python -m pytest -q -p no:cacheprovider ../python/tests
+
+ci: test test-asan test-tsan test-pip format-check
 
 build/release/pmhash-bench: deps FORCE
 	cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DPMHASH_CRASH_HOOKS=OFF \
-	  -DPMHASH_BUILD_TESTS=OFF >/dev/null
+	  -DPMHASH_BUILD_TESTS=OFF -DPMHASH_BUILD_PYTHON=OFF >/dev/null
 	cmake --build build/release -j$(JOBS) --target pmhash-bench
 FORCE:
 

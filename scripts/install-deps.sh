@@ -3,7 +3,8 @@
 # it names the packages to install and fails.
 set -euo pipefail
 pkgs=(cmake g++ make pkg-config libpmem2-dev libxxhash-dev libgtest-dev libabsl-dev
-      python3 python3-matplotlib clang-format)
+      python3 python3-matplotlib clang-format python3-dev pybind11-dev python3-pytest
+      python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

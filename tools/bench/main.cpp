@@ -25,7 +25,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage = R"(usage: pmhash-bench [options]
-  --suite NAME          quick | smartht | turbohash | wophi  (preset experiments)
+  --suite NAME          quick | smartht | turbohash | wophi | hdnh  (preset experiments)
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
   --format fixed|variable   --key-size N --value-size N (variable format)
@@ -222,6 +222,89 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.label = "recovery";
       v.push_back(c);
     }
+  } else if (name == "hdnh") {
+    auto hd = [&](const std::string& label) {
+      RunConfig c = base;
+      c.scheme = "hdnh";
+      c.threads = 1;
+      c.label = label;
+      c.recovery = false;
+      return c;
+    };
+    // Fig. 11a: segment size 256 B .. 256 KB, load (with resizes from one segment) and read.
+    for (uint64_t seg : {256ull, 1024ull, 4096ull, 16384ull, 65536ull, 262144ull}) {
+      RunConfig c = hd("segment=" + std::to_string(seg));
+      c.keys = n(4'000'000);
+      c.ops = n(4'000'000);
+      c.params = {{"segment_bytes", std::to_string(seg)}};
+      c.workloads = {"read"};
+      v.push_back(c);
+    }
+    // Fig. 11b: slots per hot-table bucket 1, 2, 4, 8 (positive and negative reads, zipfian).
+    for (int hs : {1, 2, 4, 8}) {
+      RunConfig c = hd("hot_slots=" + std::to_string(hs));
+      c.keys = n(4'000'000);
+      c.ops = n(4'000'000);
+      c.capacity_hint = c.keys;
+      DistSpec::parse("zipfian:0.99", &c.dist);
+      c.params = {{"hot_slots", std::to_string(hs)}};
+      c.workloads = {"read", "negread"};
+      v.push_back(c);
+    }
+    // Fig. 12: read throughput over zipfian skew, RAFL vs LRU vs no hot table.
+    for (std::string s : {"0.5", "0.7", "0.9", "0.99", "1.1", "1.22"})
+      for (std::string repl : {"rafl", "lru", "off"}) {
+        RunConfig c = hd("hot=" + repl);
+        c.keys = n(4'000'000);
+        c.ops = n(4'000'000);
+        c.capacity_hint = c.keys;
+        DistSpec::parse("zipfian:" + s, &c.dist);
+        c.params = {{"hot_table", repl}};
+        c.workloads = {"read"};
+        v.push_back(c);
+      }
+    // §3.2: PM slots read per positive and negative read, OCF on and off (hot table off).
+    for (std::string ocf : {"on", "off"}) {
+      RunConfig c = hd("ocf=" + ocf);
+      c.keys = n(4'000'000);
+      c.ops = n(4'000'000);
+      c.capacity_hint = c.keys;
+      c.params = {{"hot_table", "off"}, {"ocf", ocf}};
+      c.workloads = {"read", "negread"};
+      v.push_back(c);
+    }
+    // Figs. 13-14: insert (load), positive and negative read, 50/50, delete; 1 and 2 threads;
+    // persistence on and off. Fig. 15: YCSB-A latency percentiles.
+    for (int t : {1, 2})
+      for (std::string var : {"pm", "off"}) {
+        RunConfig c = hd("");
+        c.variant = var;
+        c.threads = t;
+        c.keys = n(5'000'000);
+        c.ops = n(5'000'000);
+        c.workloads = {"read", "negread", "mixed", "ycsb-a", "delete"};
+        v.push_back(c);
+      }
+    // §3.4: the synchronous write mechanism (background hot-table writer) vs inline.
+    for (std::string sw : {"inline", "background"}) {
+      RunConfig c = hd("sync_write=" + sw);
+      c.keys = n(2'000'000);
+      c.ops = n(2'000'000);
+      c.params = {{"sync_write", sw}};
+      c.workloads = {"update"};
+      v.push_back(c);
+    }
+    // Table 1: recovery (OCF and hot table rebuilt) after a crash at 2M, 20M, 50M keys.
+    for (uint64_t keys : {2'000'000ull, 20'000'000ull, 50'000'000ull}) {
+      RunConfig c = hd("recovery");
+      c.threads = 2;
+      c.keys = n(keys);
+      c.ops = 0;
+      c.capacity_hint = c.keys;
+      c.workloads = {};
+      c.recovery = true;
+      v.push_back(c);
+    }
   } else {
     *ok = false;
   }
@@ -348,7 +431,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     bool ok;
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
-      std::fprintf(stderr, "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash, wophi)\n",
+      std::fprintf(stderr,
+                   "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash, wophi, hdnh)\n",
                    suite_name.c_str());
       return 2;
     }

@@ -1,5 +1,8 @@
 #include "index/hdnh/hdnh.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -830,10 +833,23 @@ Hdnh::Partner* Hdnh::partner() {
   auto p = std::make_unique<Partner>();
   Partner* raw = p.get();
   raw->thread = std::thread([this, raw] {
+    // A thread inherits its creator's CPU affinity; a partner pinned to its foreground
+    // thread's core could only run when that thread waits. Let it run anywhere.
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (unsigned c = 0; c < std::thread::hardware_concurrency() && c < CPU_SETSIZE; ++c)
+      CPU_SET(c, &all);
+    pthread_setaffinity_np(pthread_self(), sizeof all, &all);
     for (;;) {
       uint32_t s;
-      while ((s = raw->state.load(std::memory_order_acquire)) != 1 && s != 3)
-        raw->state.wait(s, std::memory_order_acquire);
+      // Spin a while for the next job (a write stream keeps the partner busy), then sleep.
+      for (int spins = 0; (s = raw->state.load(std::memory_order_acquire)) != 1 && s != 3;
+           ++spins) {
+        if (spins < (1 << 14))
+          cpu_relax();
+        else
+          raw->state.wait(s, std::memory_order_acquire);
+      }
       if (s == 3) return;
       {
         pm::Epochs::Guard guard(epochs_, threads_.id());

@@ -1,0 +1,265 @@
+// The Python binding (pybind11): pmhash.Table wraps pmhash::Index. Operations release the
+// GIL; errors become the exceptions declared here, carrying the library's message.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+
+#include "pmhash/index.hpp"
+
+namespace py = pybind11;
+using namespace pmhash;
+
+namespace {
+
+// Exception classes by status code (created in PYBIND11_MODULE).
+PyObject* exc_base = nullptr;
+std::map<Code, PyObject*> exc_by_code;
+
+[[noreturn]] void raise(const Status& s) {
+  auto it = exc_by_code.find(s.code());
+  PyObject* type = it != exc_by_code.end() ? it->second : exc_base;
+  PyErr_SetString(type, s.message().c_str());
+  throw py::error_already_set();
+}
+
+// Keys and values: bytes, bytearray, memoryview or str (UTF-8).
+std::string as_bytes(const py::handle& h, const char* what) {
+  if (py::isinstance<py::bytes>(h)) return std::string(h.cast<py::bytes>());
+  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (PyObject_CheckBuffer(h.ptr())) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(h).request();
+    return std::string(static_cast<const char*>(info.ptr), info.size * info.itemsize);
+  }
+  throw py::type_error(std::string(what) + " must be bytes, bytearray, memoryview or str");
+}
+
+class Table {
+ public:
+  explicit Table(std::unique_ptr<Index> idx) : idx_(std::move(idx)) {}
+
+  void set(const py::handle& k, const py::handle& v) {
+    std::string key = as_bytes(k, "key"), value = as_bytes(v, "value");
+    call([&](Index& i) { return i.upsert(key, value); });
+  }
+  void insert(const py::handle& k, const py::handle& v) {
+    std::string key = as_bytes(k, "key"), value = as_bytes(v, "value");
+    call([&](Index& i) { return i.insert(key, value); });
+  }
+  void update(const py::handle& k, const py::handle& v) {
+    std::string key = as_bytes(k, "key"), value = as_bytes(v, "value");
+    call([&](Index& i) { return i.update(key, value); });
+  }
+  py::bytes getitem(const py::handle& k) {
+    std::string key = as_bytes(k, "key"), value;
+    call([&](Index& i) { return i.get(key, &value); });
+    return py::bytes(value);
+  }
+  py::object get(const py::handle& k, py::object def) {
+    std::string key = as_bytes(k, "key"), value;
+    Status s = call_status([&](Index& i) { return i.get(key, &value); });
+    if (s.code() == Code::kNotFound) return def;
+    if (!s.ok()) raise(s);
+    return py::bytes(value);
+  }
+  bool contains(const py::handle& k) {
+    std::string key = as_bytes(k, "key"), value;
+    Status s = call_status([&](Index& i) { return i.get(key, &value); });
+    if (s.code() == Code::kNotFound || s.code() == Code::kInvalidArgument) return false;
+    if (!s.ok()) raise(s);
+    return true;
+  }
+  void delitem(const py::handle& k) {
+    std::string key = as_bytes(k, "key");
+    call([&](Index& i) { return i.remove(key); });
+  }
+  uint64_t len() {
+    std::shared_lock<std::shared_mutex> l(mu_);
+    return open_index().size();
+  }
+  py::dict stats() {
+    Stats st;
+    {
+      std::shared_lock<std::shared_mutex> l(mu_);
+      Index& i = open_index();
+      py::gil_scoped_release nogil;
+      st = i.stats();
+    }
+    py::dict d;
+    d["scheme"] = st.scheme;
+    d["format"] = format_name(st.format);
+    d["mode"] = mode_name(st.mode);
+    d["recovered_from_crash"] = st.recovered_from_crash;
+    d["open_ms"] = st.open_ms;
+    d["size"] = st.size;
+    d["capacity_slots"] = st.capacity_slots;
+    d["load_factor"] = st.load_factor;
+    d["dram_bytes"] = st.dram_bytes;
+    d["pm_bytes"] = st.pm_bytes;
+    d["pool_bytes"] = st.pool_bytes;
+    d["counters"] = st.counters;
+    return d;
+  }
+  // (ok, report): the scheme's structural check plus the allocator's leak check.
+  py::tuple check() {
+    std::string report;
+    Status s = call_status([&](Index& i) { return i.check(&report); });
+    if (!s.ok() && s.code() != Code::kCorrupted) raise(s);
+    return py::make_tuple(s.ok(), report);
+  }
+  // All items as a list of (key, value) (no concurrent writers while it runs).
+  py::list items() {
+    std::vector<std::pair<std::string, std::string>> v;
+    {
+      std::shared_lock<std::shared_mutex> l(mu_);
+      Index& i = open_index();
+      py::gil_scoped_release nogil;
+      i.for_each([](void* ctx, std::string_view k,
+                    std::string_view val) { static_cast<decltype(v)*>(ctx)->emplace_back(k, val); },
+                 &v);
+    }
+    py::list out;
+    for (auto& [k, val] : v) out.append(py::make_tuple(py::bytes(k), py::bytes(val)));
+    return out;
+  }
+  void close() {
+    std::unique_lock<std::shared_mutex> l(mu_);
+    if (!idx_) return;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = idx_->close();
+      idx_.reset();
+    }
+    if (!s.ok()) raise(s);
+  }
+  bool closed() const { return idx_ == nullptr; }
+
+ private:
+  Index& open_index() {
+    if (!idx_) raise({Code::kInvalidArgument, "the table is closed"});
+    return *idx_;
+  }
+  template <class F>
+  Status call_status(F&& f) {
+    std::shared_lock<std::shared_mutex> l(mu_);  // close() waits for running operations
+    Index& i = open_index();
+    py::gil_scoped_release nogil;
+    return f(i);
+  }
+  template <class F>
+  void call(F&& f) {
+    Status s = call_status(std::forward<F>(f));
+    if (!s.ok()) raise(s);
+  }
+
+  std::shared_mutex mu_;
+  std::unique_ptr<Index> idx_;
+};
+
+std::unique_ptr<Table> open_table(const std::string& path, const std::string& scheme, bool create,
+                                  const std::string& format, uint64_t pool_size,
+                                  const std::string& mode, uint64_t capacity_hint,
+                                  const std::map<std::string, std::string>& params) {
+  Options o;
+  o.scheme = scheme;
+  o.create = create;
+  if (format == "fixed")
+    o.format = Format::kFixed;
+  else if (format == "variable")
+    o.format = Format::kVariable;
+  else
+    raise({Code::kInvalidArgument, "format must be 'fixed' or 'variable', not '" + format + "'"});
+  static const std::map<std::string, Mode> modes = {{"auto", Mode::kAuto},
+                                                    {"pm", Mode::kPm},
+                                                    {"emulated", Mode::kEmulated},
+                                                    {"msync", Mode::kMsync},
+                                                    {"none", Mode::kNone}};
+  auto m = modes.find(mode);
+  if (m == modes.end())
+    raise({Code::kInvalidArgument, "mode must be auto, pm, emulated, msync or none"});
+  o.mode = m->second;
+  if (pool_size != 0) o.pool_size = pool_size;
+  o.capacity_hint = capacity_hint;
+  o.params = params;
+  std::unique_ptr<Index> idx;
+  Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = Index::open(path, o, &idx);
+  }
+  if (!s.ok()) raise(s);
+  return std::make_unique<Table>(std::move(idx));
+}
+
+PyObject* new_exception(py::module_& m, const char* name, PyObject* bases, const char* doc) {
+  std::string full = std::string("pmhash.") + name;
+  PyObject* e = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
+  if (e == nullptr) throw py::error_already_set();
+  m.add_object(name, py::reinterpret_borrow<py::object>(e));
+  return e;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_pmhash, m) {
+  m.doc() = "pmhash: persistent-memory hash indexes (C++ core)";
+  exc_base = new_exception(m, "Error", PyExc_Exception, "Any pmhash error.");
+  auto sub = [&](const char* name, PyObject* extra, const char* doc) {
+    PyObject* bases = extra ? PyTuple_Pack(2, exc_base, extra) : PyTuple_Pack(1, exc_base);
+    PyObject* e = new_exception(m, name, bases, doc);
+    Py_DECREF(bases);
+    return e;
+  };
+  PyObject* not_found = sub("NotFoundError", PyExc_KeyError, "Key (or pool file) absent.");
+  PyObject* exists = sub("KeyExistsError", nullptr, "insert() of a key that is present.");
+  PyObject* invalid = sub("InvalidArgumentError", PyExc_ValueError, "Bad key, value or option.");
+  PyObject* bad_pool = sub("BadPoolError", nullptr,
+                           "The file is not a usable pool: foreign, truncated, corrupted, "
+                           "another scheme/format/version.");
+  PyObject* busy = sub("PoolBusyError", nullptr, "The pool is open elsewhere.");
+  PyObject* full = sub("PoolFullError", nullptr, "No space left in the pool.");
+  PyObject* corrupted = sub("CorruptedError", nullptr, "A structural check failed.");
+  PyObject* io = sub("IoError", PyExc_OSError, "The operating system refused.");
+  exc_by_code = {{Code::kNotFound, not_found},
+                 {Code::kAlreadyExists, exists},
+                 {Code::kInvalidArgument, invalid},
+                 {Code::kUnknownScheme, invalid},
+                 {Code::kNotAPool, bad_pool},
+                 {Code::kTruncated, bad_pool},
+                 {Code::kChecksumMismatch, bad_pool},
+                 {Code::kUnsupportedVersion, bad_pool},
+                 {Code::kSchemeMismatch, bad_pool},
+                 {Code::kFormatMismatch, bad_pool},
+                 {Code::kPoolBusy, busy},
+                 {Code::kPoolFull, full},
+                 {Code::kCorrupted, corrupted},
+                 {Code::kIoError, io}};
+
+  py::class_<Table>(m, "Table")
+      .def("__setitem__", &Table::set)
+      .def("__getitem__", &Table::getitem)
+      .def("__delitem__", &Table::delitem)
+      .def("__contains__", &Table::contains)
+      .def("__len__", &Table::len)
+      .def("get", &Table::get, py::arg("key"), py::arg("default") = py::none())
+      .def("insert", &Table::insert, "Adds a key; KeyExistsError if present.")
+      .def("update", &Table::update, "Replaces a present key's value; NotFoundError if absent.")
+      .def("stats", &Table::stats)
+      .def("check", &Table::check)
+      .def("items", &Table::items)
+      .def("close", &Table::close)
+      .def_property_readonly("closed", &Table::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](Table& t, const py::args&) { t.close(); });
+
+  m.def("open", &open_table, py::arg("path"), py::arg("scheme") = "turbohash",
+        py::arg("create") = true, py::arg("format") = "fixed", py::arg("pool_size") = 0,
+        py::arg("mode") = "auto", py::arg("capacity_hint") = 0,
+        py::arg("params") = std::map<std::string, std::string>{});
+  m.def("schemes", &pmhash::schemes);
+}

@@ -1,0 +1,150 @@
+"""Tests of the Python module (run by `make test` through ctest)."""
+
+import os
+import threading
+import uuid
+
+import pytest
+
+import pmhash
+
+SCHEMES = pmhash.schemes()
+SMALL = 64 << 20
+
+
+@pytest.fixture
+def pool_path():
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+    path = os.path.join(base, "pmhash-py-" + uuid.uuid4().hex)
+    yield path
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+def key(i, fmt):
+    return (b"k%07d" % i) if fmt == "fixed" else b"key-%d" % i
+
+
+def value(i, fmt):
+    return (b"v%07d" % i) if fmt == "fixed" else b"value-%d" % i * 3
+
+
+def test_all_five_schemes_are_registered():
+    assert set(SCHEMES) >= {"smartht", "turbohash", "wophi", "hdnh"}
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("fmt", ["fixed", "variable"])
+def test_mapping_protocol_and_reopen(pool_path, scheme, fmt):
+    with pmhash.open(pool_path, scheme=scheme, create=True, format=fmt, pool_size=SMALL) as t:
+        for i in range(3000):
+            t[key(i, fmt)] = value(i, fmt)
+        assert len(t) == 3000
+        assert t[key(7, fmt)] == value(7, fmt)
+        assert key(7, fmt) in t and key(5000, fmt) not in t
+        assert t.get(key(5000, fmt)) is None
+        assert t.get(key(5000, fmt), b"dflt") == b"dflt"
+        del t[key(7, fmt)]
+        assert key(7, fmt) not in t
+        with pytest.raises(KeyError):
+            t[key(7, fmt)]
+        with pytest.raises(pmhash.NotFoundError):
+            del t[key(7, fmt)]
+        t.insert(key(7, fmt), value(8, fmt))
+        with pytest.raises(pmhash.KeyExistsError):
+            t.insert(key(7, fmt), value(9, fmt))
+        t.update(key(7, fmt), value(9, fmt))
+        with pytest.raises(pmhash.NotFoundError):
+            t.update(key(9999, fmt), value(1, fmt))
+        ok, report = t.check()
+        assert ok, report
+        st = t.stats()
+        assert st["scheme"] == scheme and st["format"] == fmt and st["size"] == 3000
+        assert 0 < st["load_factor"] <= 1 and isinstance(st["counters"], dict)
+    assert t.closed
+    with pytest.raises(pmhash.InvalidArgumentError):
+        len(t)
+    # Reopened: everything is there, and nothing else.
+    with pmhash.open(pool_path, scheme=scheme, format=fmt) as t:
+        assert len(t) == 3000
+        assert t[key(7, fmt)] == value(9, fmt)
+        assert dict(t.items())[key(42, fmt)] == value(42, fmt)
+        assert not t.stats()["recovered_from_crash"]
+
+
+def test_keys_and_values_accept_str_bytearray_memoryview(pool_path):
+    with pmhash.open(pool_path, format="variable", pool_size=SMALL) as t:
+        t["ключ"] = "значение"
+        assert t["ключ".encode()] == "значение".encode()
+        t[bytearray(b"ba")] = memoryview(b"mv")
+        assert t[b"ba"] == b"mv"
+        with pytest.raises(TypeError):
+            t[42] = b"x"
+
+
+def test_bad_input_raises_and_loses_nothing(pool_path):
+    with pmhash.open(pool_path, format="fixed", pool_size=SMALL) as t:
+        t[b"12345678"] = b"abcdefgh"
+        with pytest.raises(pmhash.InvalidArgumentError):
+            t[b""] = b"abcdefgh"
+        with pytest.raises(pmhash.InvalidArgumentError):
+            t[b"short"] = b"abcdefgh"  # a fixed pool holds 8-byte keys and values
+        assert b"short" not in t
+        # The pool is open: a second open is refused.
+        with pytest.raises(pmhash.PoolBusyError):
+            pmhash.open(pool_path, format="fixed")
+    before = open(pool_path, "rb").read()
+    with pytest.raises(pmhash.BadPoolError, match="wophi"):
+        pmhash.open(pool_path, scheme="wophi", format="fixed")
+    with pytest.raises(pmhash.BadPoolError, match="variable"):
+        pmhash.open(pool_path, format="variable")
+    with pytest.raises(pmhash.InvalidArgumentError):
+        pmhash.open(pool_path, format="sideways")
+    with pytest.raises(pmhash.InvalidArgumentError):
+        pmhash.open(pool_path, scheme="nosuch")
+    assert open(pool_path, "rb").read() == before
+    with pmhash.open(pool_path, format="fixed") as t:
+        assert t[b"12345678"] == b"abcdefgh"
+
+
+def test_foreign_file_is_refused_unchanged(pool_path):
+    data = b"this is not a pool" * 1000
+    with open(pool_path, "wb") as f:
+        f.write(data)
+    with pytest.raises(pmhash.BadPoolError):
+        pmhash.open(pool_path)
+    assert open(pool_path, "rb").read() == data
+    with pytest.raises(pmhash.NotFoundError):
+        pmhash.open(pool_path + ".missing", create=False)
+
+
+def test_full_pool_raises_pool_full(pool_path):
+    with pmhash.open(pool_path, scheme="wophi", format="variable", pool_size=16 << 20,
+                     params={"buckets": "1024"}) as t:
+        with pytest.raises(pmhash.PoolFullError):
+            for i in range(1_000_000):
+                t[b"key-%d" % i] = b"x" * 200
+        n = len(t)
+        assert n > 0
+        assert t[b"key-0"] == b"x" * 200  # what was acknowledged is still there
+        ok, report = t.check()
+        assert ok, report
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_threads_run_operations_in_parallel(pool_path, scheme):
+    # The GIL is released inside operations; four threads write disjoint keys.
+    with pmhash.open(pool_path, scheme=scheme, format="variable", pool_size=SMALL) as t:
+        def work(w):
+            for i in range(2000):
+                t[b"w%d-%d" % (w, i)] = b"v%d" % i
+                assert t[b"w%d-%d" % (w, i)] == b"v%d" % i
+
+        ts = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        assert len(t) == 8000
+        ok, report = t.check()
+        assert ok, report
