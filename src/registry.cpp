@@ -4,13 +4,14 @@
 namespace pmhash {
 
 extern const SchemeFactory kHdnhFactory;
+extern const SchemeFactory kPmehFactory;
 extern const SchemeFactory kSmartHTFactory;
 extern const SchemeFactory kTurboHashFactory;
 extern const SchemeFactory kWophiFactory;
 
 const std::vector<const SchemeFactory*>& all_schemes() {
   static const std::vector<const SchemeFactory*> v = {&kSmartHTFactory, &kTurboHashFactory,
-                                                      &kWophiFactory, &kHdnhFactory};
+                                                      &kWophiFactory, &kHdnhFactory, &kPmehFactory};
   return v;
 }
 

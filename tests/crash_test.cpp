@@ -28,6 +28,7 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   cfg.params = small_params(cfg.scheme);
   cfg.ops = (light() ? 60 : 220) * soak();
   cfg.seed = 1;
+  if (cfg.scheme == "pmeh") cfg.keys = 200;  // a 2 KB segment holds 98 records: split it
   // Soak runs (PMHASH_CRASH_SOAK=N) use a larger key space and sample the fences.
   if (soak() > 1) {
     cfg.keys = 48 * soak();
@@ -57,6 +58,10 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   if (r.counters.count("pab_grows")) {
     EXPECT_GT(r.counters["pab_grows"], 0);  // WOPHI: crashes between PAB take and link,
     EXPECT_GT(r.counters["pab_used"], 0);   // and inside PAB growth
+  }
+  if (r.counters.count("segment_splits")) {
+    EXPECT_GT(r.counters["segment_splits"], 0);  // PMEH: crashes inside gradual splits
+    EXPECT_GT(r.counters["dir_expansions"], 0);  // and directory expansions
   }
   if (r.counters.count("level_resizes")) {
     EXPECT_GT(r.counters["level_resizes"], 0);     // HDNH: crashes inside level resizes,

@@ -49,6 +49,8 @@ inline std::map<std::string, std::string> small_params(const std::string& scheme
   if (scheme == "wophi")
     return {{"buckets", "4"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "inline"}};
   if (scheme == "hdnh") return {{"segment_bytes", "256"}, {"segments", "1"}};
+  if (scheme == "pmeh")
+    return {{"segment_bytes", "2048"}, {"split", "4"}, {"zones", "1"}, {"depth", "0"}};
   return {};
 }
 
