@@ -59,9 +59,9 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
     EXPECT_GT(r.counters["pab_grows"], 0);  // WOPHI: crashes between PAB take and link,
     EXPECT_GT(r.counters["pab_used"], 0);   // and inside PAB growth
   }
-  if (r.counters.count("segment_splits")) {
-    EXPECT_GT(r.counters["segment_splits"], 0);  // PMEH: crashes inside gradual splits
-    EXPECT_GT(r.counters["dir_expansions"], 0);  // and directory expansions
+  if (r.counters.count("segment_splits") && !light()) {  // the light run is too short
+    EXPECT_GT(r.counters["segment_splits"], 0);          // PMEH: crashes inside gradual splits
+    EXPECT_GT(r.counters["dir_expansions"], 0);          // and directory expansions
   }
   if (r.counters.count("level_resizes")) {
     EXPECT_GT(r.counters["level_resizes"], 0);     // HDNH: crashes inside level resizes,

@@ -25,7 +25,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage = R"(usage: pmhash-bench [options]
-  --suite NAME          quick | smartht | turbohash | wophi | hdnh  (preset experiments)
+  --suite NAME          quick | smartht | turbohash | wophi | hdnh | pmeh  (preset experiments)
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
   --format fixed|variable   --key-size N --value-size N (variable format)
@@ -305,6 +305,60 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.recovery = true;
       v.push_back(c);
     }
+  } else if (name == "pmeh") {
+    auto pm = [&](const std::string& label) {
+      RunConfig c = base;
+      c.scheme = "pmeh";
+      c.threads = 1;
+      c.label = label;
+      c.recovery = false;
+      return c;
+    };
+    // Fig. 11 and Fig. 16: split multiple x segment size: load (inserts from the initial 64
+    // segments), read, load factor and records moved by splits.
+    for (int split : {2, 4, 8, 16})
+      for (uint64_t seg : {4096ull, 8192ull, 16384ull, 32768ull, 65536ull, 131072ull}) {
+        RunConfig c = pm("s" + std::to_string(split) + " seg=" + std::to_string(seg / 1024) + "K");
+        c.keys = n(4'000'000);
+        c.ops = n(4'000'000);
+        c.params = {{"split", std::to_string(split)}, {"segment_bytes", std::to_string(seg)}};
+        c.workloads = {"read"};
+        v.push_back(c);
+      }
+    // Figs. 12-13: insert (load), positive and negative read, 50/50, delete; 1 and 2 threads;
+    // uniform and zipfian; the share of writes done lock-free is a counter.
+    for (std::string dist : {"uniform", "zipfian:0.99"})
+      for (int t : {1, 2}) {
+        RunConfig c = pm("");
+        DistSpec::parse(dist, &c.dist);
+        c.threads = t;
+        c.keys = n(5'000'000);
+        c.ops = n(5'000'000);
+        c.workloads = {"read", "negread", "mixed", "update", "delete"};
+        v.push_back(c);
+      }
+    // Fig. 14 (writes): skewed updates at 2 threads, opportunistic lock-free on and off.
+    for (std::string th : {"0.6", "0.8", "0.99", "1.22"})
+      for (std::string opp : {"on", "off"}) {
+        RunConfig c = pm("opportunistic=" + opp);
+        DistSpec::parse("zipfian:" + th, &c.dist);
+        c.threads = 2;
+        c.keys = n(2'000'000);
+        c.ops = n(4'000'000);
+        c.params = {{"opportunistic", opp}};
+        c.workloads = {"update"};
+        v.push_back(c);
+      }
+    // Table II: recovery after a crash at 1M, 10M, 50M keys (instant: flat).
+    for (uint64_t keys : {1'000'000ull, 10'000'000ull, 50'000'000ull}) {
+      RunConfig c = pm("recovery");
+      c.threads = 2;
+      c.keys = n(keys);
+      c.ops = 0;
+      c.workloads = {};
+      c.recovery = true;
+      v.push_back(c);
+    }
   } else {
     *ok = false;
   }
@@ -431,9 +485,10 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     bool ok;
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
-      std::fprintf(stderr,
-                   "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash, wophi, hdnh)\n",
-                   suite_name.c_str());
+      std::fprintf(
+          stderr,
+          "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash, wophi, hdnh, pmeh)\n",
+          suite_name.c_str());
       return 2;
     }
   } else {

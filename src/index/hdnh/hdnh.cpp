@@ -735,8 +735,9 @@ void Hdnh::hot_put(const LevelSet& set, const Hashed& k, std::string_view key,
     std::atomic<uint16_t>& meta = l.hot_meta[idx];
     if ((m & hot::kBusy) || !meta.compare_exchange_strong(m, m | hot::kBusy)) return false;
     uint64_t old = l.hot_value[idx].load(std::memory_order_relaxed);
-    l.hot_key[idx].store(k.kw, std::memory_order_relaxed);
-    l.hot_value[idx].store(value_word(), std::memory_order_relaxed);
+    // Release: a reader that loads the new value word also sees the hot item it points to.
+    l.hot_key[idx].store(k.kw, std::memory_order_release);
+    l.hot_value[idx].store(value_word(), std::memory_order_release);
     if (l.hot_stamp) l.hot_stamp[idx].store(clock_.fetch_add(1), std::memory_order_relaxed);
     uint16_t keep = keep_hot ? (m & hot::kHot) : 0;
     meta.store(static_cast<uint16_t>(((m + hot::kVersionOne) & ~7u) | hot::kValid | keep),
