@@ -7,7 +7,7 @@ PYTHON  ?= /usr/bin/python3
 POOL_DIR ?= /dev/shm
 CMAKE_COMMON = -DPMHASH_WERROR=ON -DPython_EXECUTABLE=$(PYTHON)
 
-.PHONY: all deps build test test-asan test-tsan test-pip ci bench bench-suite format format-check clean
+.PHONY: all deps build test test-asan test-tsan test-pip ci bench bench-suite results format format-check clean
 
 all: build
 
@@ -63,6 +63,20 @@ bench-suite: build/release/pmhash-bench
 	build/release/pmhash-bench --suite $(SUITE) --pool-dir $(POOL_DIR) \
 	  --json results/$(SUITE).json --csv results/$(SUITE).csv
 	$(PYTHON) bench/plot.py results/$(SUITE).json --out results/$(SUITE).png
+
+# docs/RESULTS.md's data and figures: the cross-scheme comparison at full size and every
+# paper's suite scaled by RESULTS_SCALE, each run RESULTS_REPEAT times (medians, min-max).
+RESULTS_SCALE ?= 0.2
+RESULTS_REPEAT ?= 3
+RESULTS_SUITES ?= compare turbohash smartht wophi hdnh pmeh
+results: build/release/pmhash-bench
+	mkdir -p docs/results
+	for s in $(RESULTS_SUITES); do \
+	  scale=$(RESULTS_SCALE); [ $$s = compare ] && scale=1; \
+	  PMHASH_BENCH_SCALE=$$scale build/release/pmhash-bench --suite $$s --repeat $(RESULTS_REPEAT) \
+	    --pool-dir $(POOL_DIR) --json docs/results/$$s.json --csv docs/results/$$s.csv || exit 1; \
+	done
+	$(PYTHON) bench/results.py docs/results
 
 SOURCES = $$(git ls-files --cached --others --exclude-standard '*.cpp' '*.hpp' '*.h')
 format:

@@ -189,13 +189,22 @@ TEST_P(PmehTest, SkewedWritersShareAZone) {
   std::vector<std::atomic<uint32_t>> acked(ids.size());
   std::atomic<int> errors{0};
   std::atomic<bool> done{false};
+  // Both writers take a thread id and overlap (ids are reused once a thread exits, so a
+  // writer that finished early would hand its id, and its zone, to the other).
+  std::atomic<int> ready{0}, finished{0};
   auto writer = [&](int w) {
+    std::string unused;
+    (void)idx->get(key(ids[0]), &unused);
+    ready++;
+    while (ready.load() < 2) std::this_thread::yield();
     std::mt19937_64 rng(w);
     for (uint32_t v = 1; v < 6000; ++v) {
       size_t j = (rng() % (ids.size() / 2)) * 2 + w;  // disjoint keys per writer
       if (!idx->upsert(key(ids[j]), value(ids[j], v)).ok()) errors++;
       acked[j].store(v);
     }
+    finished++;
+    while (finished.load() < 2) std::this_thread::yield();
   };
   std::thread r([&] {
     std::mt19937_64 rng(9);

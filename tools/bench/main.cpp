@@ -25,7 +25,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage = R"(usage: pmhash-bench [options]
-  --suite NAME          quick | smartht | turbohash | wophi | hdnh | pmeh  (preset experiments)
+  --suite NAME          quick | compare | smartht | turbohash | wophi | hdnh | pmeh
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
   --format fixed|variable   --key-size N --value-size N (variable format)
@@ -67,6 +67,34 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
     d.ops = n(5'000'000);
     d.workloads = {"read", "negread", "update", "delete"};
     v.push_back(d);
+  } else if (name == "compare") {
+    // docs/RESULTS.md's cross-scheme table: every scheme, fixed 8/8 and variable 16/16,
+    // 1 and 2 threads, uniform and zipfian 0.99; every workload; persistence on and off,
+    // and the DRAM reference table.
+    for (Format f : {Format::kFixed, Format::kVariable})
+      for (std::string dist : {"uniform", "zipfian:0.99"})
+        for (int t : {1, 2}) {
+          std::vector<std::pair<std::string, std::string>> runs;
+          for (auto& s : schemes_list)
+            for (std::string var : {"pm", "off"}) runs.push_back({s, var});
+          runs.push_back({"", "dram"});
+          for (auto& [s, var] : runs) {
+            RunConfig c = base;
+            if (!s.empty()) c.scheme = s;
+            c.variant = var;
+            c.format = f;
+            if (f == Format::kVariable) c.key_size = c.value_size = 16;
+            DistSpec::parse(dist, &c.dist);
+            c.threads = t;
+            c.keys = n(1'000'000);
+            c.ops = n(500'000);
+            c.capacity_hint = c.keys;
+            c.workloads = {"read",   "negread", "update", "ycsb-a", "ycsb-b",
+                           "ycsb-c", "ycsb-f",  "ycsb-d", "delete"};
+            c.recovery = var == "pm";
+            v.push_back(c);
+          }
+        }
   } else if (name == "smartht") {
     // Figs. 5-6: insert (load), positive read, negative read, delete; 1 and 2 threads;
     // uniform and self-similar 0.2; negative reads with the VFL on and off (same run).
@@ -485,10 +513,10 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     bool ok;
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
-      std::fprintf(
-          stderr,
-          "pmhash-bench: unknown suite '%s' (quick, smartht, turbohash, wophi, hdnh, pmeh)\n",
-          suite_name.c_str());
+      std::fprintf(stderr,
+                   "pmhash-bench: unknown suite '%s' (quick, compare, smartht, turbohash, wophi, "
+                   "hdnh, pmeh)\n",
+                   suite_name.c_str());
       return 2;
     }
   } else {

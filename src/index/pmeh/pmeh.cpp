@@ -689,7 +689,11 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       } else {
         common::Items::New item;
         st = items_.make(key, value, k.kw, &item);
-        if (st.ok()) items_.replace_value(loc.b->slots[loc.slot].value, item);
+        if (st.ok()) {
+          items_.replace_value(loc.b->slots[loc.slot].value, item);
+          (zm == ZoneMode::kExclusive ? ts.lock_free : ts.locked)
+              .fetch_add(1, std::memory_order_relaxed);
+        }
       }
       unlock_buckets(s, b, zm);
       exit(z, zm);
