@@ -86,6 +86,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
             if (f == Format::kVariable) c.key_size = c.value_size = 16;
             DistSpec::parse(dist, &c.dist);
             c.threads = t;
+            c.params["zone_threads"] = std::to_string(t);  // PMEH: one zone set per worker
             c.keys = n(1'000'000);
             c.ops = n(500'000);
             c.capacity_hint = c.keys;
@@ -123,7 +124,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.scheme = "smartht";
       c.threads = 1;
       c.keys = 0;
-      c.ops = n(4'000'000);
+      c.ops = 4'000'000;  // not scaled: the sweep must reach the maximum load factor
       c.params = {{"buckets", std::to_string(uint64_t{1} << 18)}, {"filter_keys", "1000000"}};
       c.workloads = {"lfsweep"};
       c.label = "lf";
@@ -199,7 +200,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.scheme = "turbohash";
       c.threads = 1;
       c.keys = 0;
-      c.ops = n(4'000'000);
+      c.ops = 4'000'000;  // not scaled: the sweep must reach the maximum load factor
       c.params = {{"shards", "1024"}, {"buckets", "256"}, {"scope", std::to_string(scope)}};
       c.workloads = {"lfsweep"};
       c.label = "scope=" + std::to_string(scope);
@@ -342,6 +343,8 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.recovery = false;
       return c;
     };
+    // Zones are bound to as many threads as the run has (set after threads below).
+    auto zones_for = [](RunConfig& c) { c.params["zone_threads"] = std::to_string(c.threads); };
     // Fig. 11 and Fig. 16: split multiple x segment size: load (inserts from the initial 64
     // segments), read, load factor and records moved by splits.
     for (int split : {2, 4, 8, 16})
@@ -351,6 +354,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.ops = n(4'000'000);
         c.params = {{"split", std::to_string(split)}, {"segment_bytes", std::to_string(seg)}};
         c.workloads = {"read"};
+        zones_for(c);
         v.push_back(c);
       }
     // Figs. 12-13: insert (load), positive and negative read, 50/50, delete; 1 and 2 threads;
@@ -363,6 +367,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.keys = n(5'000'000);
         c.ops = n(5'000'000);
         c.workloads = {"read", "negread", "mixed", "update", "delete"};
+        zones_for(c);
         v.push_back(c);
       }
     // Fig. 14 (writes): skewed updates at 2 threads, opportunistic lock-free on and off.
@@ -375,6 +380,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.ops = n(4'000'000);
         c.params = {{"opportunistic", opp}};
         c.workloads = {"update"};
+        zones_for(c);
         v.push_back(c);
       }
     // Table II: recovery after a crash at 1M, 10M, 50M keys (instant: flat).
@@ -385,6 +391,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.ops = 0;
       c.workloads = {};
       c.recovery = true;
+      zones_for(c);
       v.push_back(c);
     }
   } else {
