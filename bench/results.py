@@ -116,6 +116,79 @@ def compare_figure(rows, path):
     plt.close(fig)
 
 
+def paper_figures(d):
+    """The papers' headline figures, one small PNG each (when the suite's JSON is there)."""
+    def rows(suite):
+        p = os.path.join(d, suite + ".json")
+        return json.load(open(p))["rows"] if os.path.exists(p) else None
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(os.path.join(d, name), dpi=110)
+        plt.close(fig)
+        print("wrote", os.path.join(d, name))
+
+    r = rows("turbohash")
+    if r:  # Fig. 1: buckets read per negative search over the load factor, per scope
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for lab in ["scope=4", "scope=8", "scope=16"]:
+            pts = [(x["load_factor"], x["d.negative_probes"] / max(1, x["d.negative_reads"]))
+                   for x in r if x.get("label") == lab and x["workload"] == "lfsweep-negread"]
+            pts = [p for p in pts if p[1] > 0]
+            if pts:
+                ax.plot(*zip(*pts), ".", label=lab, markersize=4)
+        ax.set_xlabel("load factor")
+        ax.set_ylabel("buckets read / negative search")
+        ax.set_title("TurboHash probe distance (Fig. 1)")
+        ax.legend(fontsize=8)
+        save(fig, "turbohash-probe.png")
+    r = rows("wophi")
+    if r:  # Figs. 3-4: flushes per insert over the main-bucket load factor
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for lab in ["pab rand", "alloc-on-write rand"]:
+            xs = [x for x in r if x.get("label") == lab and x["workload"] == "lfsweep-insert"]
+            ax.plot([0.05 * (i + 1) for i in range(len(xs))], [x["flushes_per_op"] for x in xs],
+                    "o-", label=lab, markersize=3)
+        ax.set_xlabel("main-bucket load factor")
+        ax.set_ylabel("flushes / insert")
+        ax.set_title("WOPHI: pre-allocation vs allocation on write (Fig. 3)")
+        ax.legend(fontsize=8)
+        save(fig, "wophi-flushes.png")
+    r = rows("hdnh")
+    if r:  # Fig. 12: read throughput over zipfian skew, RAFL / LRU / none
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for lab in ["hot=rafl", "hot=lru", "hot=off"]:
+            xs = [x for x in r if x.get("label") == lab and x["workload"] == "read"]
+            ss = [float(x["dist"].split(":")[1]) for x in xs]
+            ax.errorbar(ss, [x["mops"] for x in xs],
+                        yerr=[[x["mops"] - x["mops_min"] for x in xs],
+                              [x["mops_max"] - x["mops"] for x in xs]], fmt="o-", capsize=2,
+                        label=lab.split("=")[1])
+        ax.set_xlabel("zipfian s")
+        ax.set_ylabel("read Mops/s")
+        ax.set_title("HDNH hot table under skew (Fig. 12)")
+        ax.legend(fontsize=8)
+        save(fig, "hdnh-skew.png")
+    r = rows("pmeh")
+    if r:  # Fig. 16: records moved by splits, per split multiple and segment size
+        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+        sizes = ["4K", "8K", "16K", "32K", "64K", "128K"]
+        for i, sp in enumerate(["2", "4", "8", "16"]):
+            ys = []
+            for sz in sizes:
+                x = [y for y in r if y.get("label") == "s%s seg=%s" % (sp, sz) and
+                     y["workload"] == "load"]
+                ys.append(x[0].get("d.records_moved", 0) / 1e3 if x else 0)
+            ax.bar([j + i * 0.2 for j in range(len(sizes))], ys, 0.2, label=sp + "-split")
+        ax.set_xticks([j + 0.3 for j in range(len(sizes))])
+        ax.set_xticklabels(sizes)
+        ax.set_xlabel("segment size")
+        ax.set_ylabel("records moved (thousands)")
+        ax.set_title("PMEH: records moved while loading (Fig. 16)")
+        ax.legend(fontsize=8)
+        save(fig, "pmeh-moved.png")
+
+
 def main():
     d = sys.argv[1] if len(sys.argv) > 1 else "docs/results"
     plot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot.py")
@@ -133,6 +206,7 @@ def main():
             print("wrote", stem + ".png", stem + ".md")
         else:
             subprocess.run([sys.executable, plot, path, "--out", stem + ".png"], check=True)
+    paper_figures(d)
 
 
 if __name__ == "__main__":
