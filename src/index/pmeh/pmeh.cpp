@@ -624,9 +624,15 @@ Status Pmeh::get(std::string_view key, std::string* value) {
   Hashed k = hashed(key);
   unsigned tid = threads_.id();
   pm::Epochs::Guard guard(epochs_, tid);
-  for (;;) {
+  for (int walks = 0;; ++walks) {
     uint64_t so = find_segment(k.h, nullptr);
-    if (so == 0) return {Code::kCorrupted, "pmeh: no segment for a key"};
+    if (so == 0) {
+      // The zone's entries were filled in the latest directory, and the older ones freed,
+      // between this reader's two loads: look again.
+      if (walks > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
+      std::this_thread::yield();
+      continue;
+    }
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t m1 = load_word(s->meta);
@@ -729,13 +735,15 @@ Status Pmeh::remove(std::string_view key) {
   uint32_t z = zone_of(k.h);
   bool local = is_local(z);
   ThreadStats& ts = tstats_[threads_.id()];
-  for (;;) {
+  for (int walks = 0;; ++walks) {
     ZoneMode zm = enter(z, local);
     pm::Epochs::Guard guard(epochs_, threads_.id());
     uint64_t so = find_segment(k.h, nullptr);
-    if (so == 0) {
+    if (so == 0) {  // as in get(): a fill and a directory free raced with the walk
       exit(z, zm);
-      return {Code::kCorrupted, "pmeh: no segment for a key"};
+      if (walks > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
+      std::this_thread::yield();
+      continue;
     }
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
