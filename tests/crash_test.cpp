@@ -73,24 +73,30 @@ INSTANTIATE_TEST_SUITE_P(All, CrashTest, ::testing::ValuesIn(all_scheme_formats(
                          [](const auto& info) { return param_name(info.param); });
 
 #ifdef PMHASH_CRASH_HOOKS
-// The harness has teeth: with one flush removed from TurboHash's insert, or one publish
-// moved before the write it publishes (resize), the same workload reports failures.
+// The harness has teeth: with one flush removed from TurboHash's insert, one publish moved
+// before the write it publishes (TurboHash resize, PMEH split), or a progress record not
+// ordered after what it records (HDNH rehash), the same workload reports failures.
 TEST(CrashHarness, CatchesAMissingFlushAndAReorderedPublish) {
   struct Case {
+    const char* scheme;
     uint64_t mutation;
     const char* what;
   };
-  for (Case c : {Case{1, "slot flush removed"}, Case{2, "resize publishes before writing"}}) {
+  for (Case c : {Case{"turbohash", 1, "slot flush removed"},
+                 Case{"turbohash", 2, "resize publishes before writing"},
+                 Case{"hdnh", 4, "rehash progress not ordered after the bitmaps"},
+                 Case{"pmeh", 8, "split publishes an unpersisted segment"}}) {
     for (Format f : {Format::kFixed, Format::kVariable}) {
       CrashConfig cfg;
-      cfg.scheme = "turbohash";
+      cfg.scheme = c.scheme;
       cfg.format = f;
-      cfg.params = small_params("turbohash");
-      cfg.ops = 120;
+      cfg.params = small_params(c.scheme);
+      cfg.ops = c.scheme == std::string("turbohash") ? 120 : 220;
+      if (c.scheme == std::string("pmeh")) cfg.keys = 200;  // as in the full crash test
       cfg.mutations = c.mutation;
       CrashResult r = run_crash_test(cfg);
       EXPECT_GT(r.failures, 0u) << c.what << " went unnoticed (" << format_name(f) << ")";
-      std::printf("[mutation: turbohash %s, %s] failures found: %llu, first: %s\n", c.what,
+      std::printf("[mutation: %s %s, %s] failures found: %llu, first: %s\n", c.scheme, c.what,
                   format_name(f), static_cast<unsigned long long>(r.failures),
                   r.messages.empty() ? "-" : r.messages[0].c_str());
     }

@@ -1023,7 +1023,7 @@ bool Hdnh::rehash_bucket(uint64_t b) {
     std::atomic_ref<uint64_t>(db.bitmap).fetch_or(bit(moves[i].dst.slot));
     p.flush(&db.bitmap, 8);
   }
-  p.fence();
+  if (!PMHASH_MUTATION(pool_, kMutationProgressBeforeBitmaps)) p.fence();
   store_word(root_->rehash_progress, b + 1);
   p.persist(&root_->rehash_progress, 8);
   // DRAM: the new copies become visible before the old ones disappear.

@@ -18,6 +18,10 @@ namespace pmhash::hdnh {
 
 inline constexpr int kSlots = 8;  // slots per non-volatile bucket (§4.1)
 
+// Test-only fault (pm::Pool::mutations): the rehash progress record is not ordered after
+// the moved records' bitmaps (the crash harness must notice).
+inline constexpr uint64_t kMutationProgressBeforeBitmaps = 4;
+
 // A non-volatile bucket (§3.1): 256 bytes, the Optane media access granularity.
 //
 //   bytes   0 ..   7  bitmap  (bit i: slot i holds a valid record)

@@ -952,8 +952,10 @@ Status Pmeh::split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z,
     return {Code::kPoolFull, "pmeh: a split could not place the records of a child"};
   }
   const pm::Persister& p = pool_.persister();
-  p.flush(n, seg_bytes_);
-  p.fence();
+  if (!PMHASH_MUTATION(pool_, kMutationSplitUnpersisted)) {
+    p.flush(n, seg_bytes_);
+    p.fence();
+  }
   SplitRecord& rec = pool_.ptr<SplitRecord>(root_->split_log)[z];
   pm::Tx tx(alloc_);
   tx.publish(r);

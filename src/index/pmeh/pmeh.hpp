@@ -19,6 +19,10 @@ inline constexpr int kOverflow = 4;      // overflow fingerprints per bucket
 inline constexpr int kStash = 2;         // stash buckets per segment
 inline constexpr int kMaxDirs = 12;      // the directory array (§III-B2)
 
+// Test-only fault (pm::Pool::mutations): a split publishes its new segment without
+// persisting it first (the crash harness must notice).
+inline constexpr uint64_t kMutationSplitUnpersisted = 8;
+
 // A bucket (§III-A, Dash's layout): 32 bytes of metadata and 14 records of 16 bytes.
 //
 //   bytes  0.. 3  version lock: bit 31 locked, bits 0..30 version
