@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 
 #include "pmhash/index.hpp"
@@ -32,12 +31,21 @@ std::string as_bytes(const py::handle& h, const char* what) {
   if (py::isinstance<py::bytes>(h)) return std::string(h.cast<py::bytes>());
   if (py::isinstance<py::str>(h)) return h.cast<std::string>();
   if (PyObject_CheckBuffer(h.ptr())) {
-    py::buffer_info info = py::reinterpret_borrow<py::buffer>(h).request();
-    return std::string(static_cast<const char*>(info.ptr), info.size * info.itemsize);
+    // Any buffer, strided or reversed too: copied out in logical (C) order.
+    Py_buffer view;
+    if (PyObject_GetBuffer(h.ptr(), &view, PyBUF_FULL_RO) != 0) throw py::error_already_set();
+    std::string out(static_cast<size_t>(view.len), '\0');
+    int rc = PyBuffer_ToContiguous(out.data(), &view, view.len, 'C');
+    PyBuffer_Release(&view);
+    if (rc != 0) throw py::error_already_set();
+    return out;
   }
   throw py::type_error(std::string(what) + " must be bytes, bytearray, memoryview or str");
 }
 
+// close() from one thread while others still call: the index's own gate makes their calls
+// finish or fail with ClosedError (Code::kClosed); the shared_ptr keeps the Index alive
+// until the last call has returned. The GIL is never held while waiting.
 class Table {
  public:
   explicit Table(std::unique_ptr<Index> idx) : idx_(std::move(idx)) {}
@@ -78,16 +86,16 @@ class Table {
     call([&](Index& i) { return i.remove(key); });
   }
   uint64_t len() {
-    std::shared_lock<std::shared_mutex> l(mu_);
-    return open_index().size();
+    std::shared_ptr<Index> i = open_index();
+    py::gil_scoped_release nogil;
+    return i->size();
   }
   py::dict stats() {
     Stats st;
     {
-      std::shared_lock<std::shared_mutex> l(mu_);
-      Index& i = open_index();
+      std::shared_ptr<Index> i = open_index();
       py::gil_scoped_release nogil;
-      st = i.stats();
+      st = i->stats();
     }
     py::dict d;
     d["scheme"] = st.scheme;
@@ -115,41 +123,56 @@ class Table {
   py::list items() {
     std::vector<std::pair<std::string, std::string>> v;
     {
-      std::shared_lock<std::shared_mutex> l(mu_);
-      Index& i = open_index();
+      std::shared_ptr<Index> i = open_index();
       py::gil_scoped_release nogil;
-      i.for_each([](void* ctx, std::string_view k,
-                    std::string_view val) { static_cast<decltype(v)*>(ctx)->emplace_back(k, val); },
-                 &v);
+      i->for_each(
+          [](void* ctx, std::string_view k, std::string_view val) {
+            static_cast<decltype(v)*>(ctx)->emplace_back(k, val);
+          },
+          &v);
     }
     py::list out;
     for (auto& [k, val] : v) out.append(py::make_tuple(py::bytes(k), py::bytes(val)));
     return out;
   }
   void close() {
-    std::unique_lock<std::shared_mutex> l(mu_);
-    if (!idx_) return;
+    std::shared_ptr<Index> i;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      i = idx_;
+    }
+    if (!i) return;
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = idx_->close();
+      s = i->close();  // waits for the calls in flight; later ones get kClosed
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
       idx_.reset();
     }
     if (!s.ok()) raise(s);
   }
-  bool closed() const { return idx_ == nullptr; }
+  bool closed() {
+    std::lock_guard<std::mutex> l(mu_);
+    return idx_ == nullptr;
+  }
 
  private:
-  Index& open_index() {
-    if (!idx_) raise({Code::kInvalidArgument, "the table is closed"});
-    return *idx_;
+  std::shared_ptr<Index> open_index() {
+    std::shared_ptr<Index> i;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      i = idx_;
+    }
+    if (!i) raise({Code::kClosed, "the table is closed"});
+    return i;
   }
   template <class F>
   Status call_status(F&& f) {
-    std::shared_lock<std::shared_mutex> l(mu_);  // close() waits for running operations
-    Index& i = open_index();
+    std::shared_ptr<Index> i = open_index();
     py::gil_scoped_release nogil;
-    return f(i);
+    return f(*i);
   }
   template <class F>
   void call(F&& f) {
@@ -157,8 +180,8 @@ class Table {
     if (!s.ok()) raise(s);
   }
 
-  std::shared_mutex mu_;
-  std::unique_ptr<Index> idx_;
+  std::mutex mu_;  // guards idx_ (the pointer), never held while waiting for anything
+  std::shared_ptr<Index> idx_;
 };
 
 std::unique_ptr<Table> open_table(const std::string& path, const std::string& scheme, bool create,
@@ -225,6 +248,7 @@ PYBIND11_MODULE(_pmhash, m) {
   PyObject* full = sub("PoolFullError", nullptr, "No space left in the pool.");
   PyObject* corrupted = sub("CorruptedError", nullptr, "A structural check failed.");
   PyObject* io = sub("IoError", PyExc_OSError, "The operating system refused.");
+  PyObject* closed = sub("ClosedError", PyExc_ValueError, "The table was closed.");
   exc_by_code = {{Code::kNotFound, not_found},
                  {Code::kAlreadyExists, exists},
                  {Code::kInvalidArgument, invalid},
@@ -238,7 +262,8 @@ PYBIND11_MODULE(_pmhash, m) {
                  {Code::kPoolBusy, busy},
                  {Code::kPoolFull, full},
                  {Code::kCorrupted, corrupted},
-                 {Code::kIoError, io}};
+                 {Code::kIoError, io},
+                 {Code::kClosed, closed}};
 
   py::class_<Table>(m, "Table")
       .def("__setitem__", &Table::set)

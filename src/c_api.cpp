@@ -6,6 +6,10 @@
 #include "pmhash/index.hpp"
 #include "pmhash/pmhash.h"
 
+static_assert(PMHASH_POOL_FULL == static_cast<int>(pmhash::Code::kPoolFull));
+static_assert(PMHASH_CORRUPTED == static_cast<int>(pmhash::Code::kCorrupted));
+static_assert(PMHASH_CLOSED == static_cast<int>(pmhash::Code::kClosed));
+
 struct pmhash_index {
   std::unique_ptr<pmhash::Index> index;
 };
@@ -22,12 +26,27 @@ int fail(const pmhash::Status& s, char* err, size_t err_len) {
   return static_cast<int>(s.code());
 }
 
+int invalid(const char* what, char* err = nullptr, size_t err_len = 0) {
+  return fail({pmhash::Code::kInvalidArgument, std::string(what) + " is NULL"}, err, err_len);
+}
+
+// A (pointer, length) argument: NULL only with length 0.
+bool bad_bytes(const void* p, size_t len) {
+  return p == nullptr && len != 0;
+}
+
+std::string_view bytes(const void* p, size_t len) {
+  return {p ? static_cast<const char*>(p) : "", len};
+}
+
 }  // namespace
 
 extern "C" {
 
 int pmhash_open(const char* path, const pmhash_options* o, pmhash_index** out, char* err,
                 size_t err_len) {
+  if (path == nullptr) return invalid("path", err, err_len);
+  if (out == nullptr) return invalid("out", err, err_len);
   pmhash::Options opt;
   if (o != nullptr) {
     if (o->scheme != nullptr) opt.scheme = o->scheme;
@@ -45,26 +64,25 @@ int pmhash_open(const char* path, const pmhash_options* o, pmhash_index** out, c
 }
 
 int pmhash_insert(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
-  return static_cast<int>(
-      t->index->insert({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl})
-          .code());
+  if (t == nullptr || bad_bytes(k, kl) || bad_bytes(v, vl)) return invalid("an argument");
+  return static_cast<int>(t->index->insert(bytes(k, kl), bytes(v, vl)).code());
 }
 
 int pmhash_upsert(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
-  return static_cast<int>(
-      t->index->upsert({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl})
-          .code());
+  if (t == nullptr || bad_bytes(k, kl) || bad_bytes(v, vl)) return invalid("an argument");
+  return static_cast<int>(t->index->upsert(bytes(k, kl), bytes(v, vl)).code());
 }
 
 int pmhash_update(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
-  return static_cast<int>(
-      t->index->update({static_cast<const char*>(k), kl}, {static_cast<const char*>(v), vl})
-          .code());
+  if (t == nullptr || bad_bytes(k, kl) || bad_bytes(v, vl)) return invalid("an argument");
+  return static_cast<int>(t->index->update(bytes(k, kl), bytes(v, vl)).code());
 }
 
 int pmhash_get(pmhash_index* t, const void* k, size_t kl, void* buf, size_t cap, size_t* len) {
+  if (t == nullptr || bad_bytes(k, kl) || (buf == nullptr && cap != 0))
+    return invalid("an argument");
   std::string v;
-  pmhash::Status s = t->index->get({static_cast<const char*>(k), kl}, &v);
+  pmhash::Status s = t->index->get(bytes(k, kl), &v);
   if (!s.ok()) return static_cast<int>(s.code());
   if (len != nullptr) *len = v.size();
   if (buf != nullptr) std::memcpy(buf, v.data(), std::min(cap, v.size()));
@@ -72,19 +90,27 @@ int pmhash_get(pmhash_index* t, const void* k, size_t kl, void* buf, size_t cap,
 }
 
 int pmhash_remove(pmhash_index* t, const void* k, size_t kl) {
-  return static_cast<int>(t->index->remove({static_cast<const char*>(k), kl}).code());
+  if (t == nullptr || bad_bytes(k, kl)) return invalid("an argument");
+  return static_cast<int>(t->index->remove(bytes(k, kl)).code());
 }
 
 uint64_t pmhash_size(const pmhash_index* t) {
-  return t->index->size();
+  return t == nullptr ? 0 : t->index->size();
 }
 
 int pmhash_check(pmhash_index* t, char* err, size_t err_len) {
+  if (t == nullptr) return invalid("index", err, err_len);
   pmhash::Status s = t->index->check();
   return s.ok() ? 0 : fail(s, err, err_len);
 }
 
+int pmhash_shutdown(pmhash_index* t) {
+  if (t == nullptr) return invalid("index");
+  return static_cast<int>(t->index->close().code());
+}
+
 int pmhash_close(pmhash_index* t) {
+  if (t == nullptr) return invalid("index");
   int rc = static_cast<int>(t->index->close().code());
   delete t;
   return rc;

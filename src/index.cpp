@@ -38,6 +38,8 @@ const char* code_name(Code c) {
       return "I/O error";
     case Code::kCorrupted:
       return "corrupted";
+    case Code::kClosed:
+      return "closed";
   }
   return "?";
 }
@@ -135,12 +137,22 @@ bool IndexImpl::check(std::string* report) const {
   return ok;
 }
 
+// Shuts the gate (later calls get kClosed), waits for the calls inside, then shuts down:
+// the scheme stops its background work and saves what its paper saves, everything retired
+// is freed, and the pool is marked clean. A second close() waits for the first.
 void IndexImpl::close() {
+  gate.shut();
+  std::lock_guard<std::mutex> g(close_mu);
   if (closed) return;
   if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
+  scheme->stop();
   epochs->drain();
   pool->set_clean(true);
   closed = true;
+}
+
+static Status closed_status() {
+  return {Code::kClosed, "the index is closed"};
 }
 
 static Status open_index_resolved(const std::string& path, const Options& options,
@@ -241,40 +253,52 @@ Status Index::open(const std::string& path, const Options& options, std::unique_
   return open_index(path, options, OpenHooks{}, out);
 }
 
+// Every call passes the gate that close() shuts (common/op_gate.hpp).
+#define PMHASH_ENTER(on_closed)                                 \
+  common::OpGate::Pass pass(impl_->gate, impl_->threads->id()); \
+  if (!pass) return on_closed
+
 Status Index::insert(std::string_view key, std::string_view value) {
+  PMHASH_ENTER(closed_status());
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
   return s.ok() ? impl_->scheme->put(key, value, PutMode::kInsert) : s;
 }
 
 Status Index::upsert(std::string_view key, std::string_view value) {
+  PMHASH_ENTER(closed_status());
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
   return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpsert) : s;
 }
 
 Status Index::update(std::string_view key, std::string_view value) {
+  PMHASH_ENTER(closed_status());
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
   return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpdate) : s;
 }
 
 Status Index::get(std::string_view key, std::string* value) const {
+  PMHASH_ENTER(closed_status());
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->scheme->get(key, value) : s;
 }
 
 Status Index::remove(std::string_view key) {
+  PMHASH_ENTER(closed_status());
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->scheme->remove(key) : s;
 }
 
 uint64_t Index::size() const {
+  PMHASH_ENTER(0);
   return impl_->scheme->size();
 }
 
 Stats Index::stats() const {
   Stats st;
+  PMHASH_ENTER(st);
   st.scheme = impl_->pool->scheme();
   st.format = impl_->pool->format();
   st.mode = impl_->pool->mode();
@@ -291,6 +315,7 @@ Stats Index::stats() const {
 }
 
 Status Index::check(std::string* report) const {
+  PMHASH_ENTER(closed_status());
   std::string r;
   bool ok = impl_->check(&r);
   if (report) *report = r;
@@ -299,6 +324,7 @@ Status Index::check(std::string* report) const {
 }
 
 void Index::for_each(void (*fn)(void*, std::string_view, std::string_view), void* ctx) const {
+  PMHASH_ENTER();
   const common::Items& items = *impl_->items;
   std::string v;
   impl_->scheme->for_each([&](const common::Slot& s) {

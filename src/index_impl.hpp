@@ -3,9 +3,11 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "common/items.hpp"
+#include "common/op_gate.hpp"
 #include "index/scheme.hpp"
 #include "pm/allocator.hpp"
 #include "pm/epoch.hpp"
@@ -38,6 +40,8 @@ class IndexImpl {
   std::unique_ptr<pm::Epochs> epochs;
   std::unique_ptr<Scheme> scheme;
   Options options;
+  common::OpGate gate;  // close() shuts it; see common/op_gate.hpp
+  std::mutex close_mu;
   bool closed = false;
   bool recovered = false;
   double open_ms = 0;

@@ -15,7 +15,9 @@ enum {
   PMHASH_NOT_FOUND = 1,
   PMHASH_ALREADY_EXISTS = 2,
   PMHASH_INVALID_ARGUMENT = 3,
-  PMHASH_POOL_FULL = 11
+  PMHASH_POOL_FULL = 11,
+  PMHASH_CORRUPTED = 14,
+  PMHASH_CLOSED = 15
 };
 
 typedef struct pmhash_index pmhash_index;
@@ -29,7 +31,8 @@ typedef struct pmhash_options {
   uint64_t capacity_hint; /* expected keys (0: none) */
 } pmhash_options;
 
-/* err (may be NULL) receives a message on failure. */
+/* err (may be NULL) receives a message on failure. A NULL path, out, index, key or value
+ * pointer (with a non-zero length) gets PMHASH_INVALID_ARGUMENT. */
 int pmhash_open(const char* path, const pmhash_options* options, pmhash_index** out, char* err,
                 size_t err_len);
 int pmhash_insert(pmhash_index* t, const void* key, size_t key_len, const void* value,
@@ -44,7 +47,11 @@ int pmhash_get(pmhash_index* t, const void* key, size_t key_len, void* buf, size
 int pmhash_remove(pmhash_index* t, const void* key, size_t key_len);
 uint64_t pmhash_size(const pmhash_index* t);
 int pmhash_check(pmhash_index* t, char* err, size_t err_len);
-int pmhash_close(pmhash_index* t); /* clean shutdown; frees t */
+/* Shuts the index down while other threads may still be calling it: their calls in flight
+ * finish, later calls return PMHASH_CLOSED; t stays allocated until pmhash_close(). */
+int pmhash_shutdown(pmhash_index* t);
+/* Clean shutdown (as pmhash_shutdown), then frees t: no thread may use t afterwards. */
+int pmhash_close(pmhash_index* t);
 const char* pmhash_code_name(int code);
 
 #ifdef __cplusplus

@@ -22,6 +22,7 @@ enum class Code {
   kUnknownScheme,       // no scheme registered under that name
   kIoError,             // the OS refused (open, map, lock, ...)
   kCorrupted,           // a structural check failed
+  kClosed,              // the index was closed (by this or another thread)
 };
 
 const char* code_name(Code c);

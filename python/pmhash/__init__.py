@@ -14,6 +14,7 @@ subclasses carrying the library's message.
 
 from ._pmhash import (  # noqa: F401
     BadPoolError,
+    ClosedError,
     CorruptedError,
     Error,
     InvalidArgumentError,
@@ -30,5 +31,5 @@ from ._pmhash import (  # noqa: F401
 __all__ = [
     "open", "schemes", "Table", "Error", "NotFoundError", "KeyExistsError",
     "InvalidArgumentError", "BadPoolError", "PoolBusyError", "PoolFullError",
-    "CorruptedError", "IoError",
+    "CorruptedError", "IoError", "ClosedError",
 ]

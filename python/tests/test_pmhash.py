@@ -62,7 +62,7 @@ def test_mapping_protocol_and_reopen(pool_path, scheme, fmt):
         assert st["scheme"] == scheme and st["format"] == fmt and st["size"] == 3000
         assert 0 < st["load_factor"] <= 1 and isinstance(st["counters"], dict)
     assert t.closed
-    with pytest.raises(pmhash.InvalidArgumentError):
+    with pytest.raises(pmhash.ClosedError):
         len(t)
     # Reopened: everything is there, and nothing else.
     with pmhash.open(pool_path, scheme=scheme, format=fmt) as t:

@@ -50,6 +50,9 @@ class Scheme {
   virtual void close() {}
   // Waits for background work that open() started (SmartHT's lazy filter rebuild).
   virtual void wait_ready() {}
+  // Stops background workers (close(), after the last call has left); nothing may be
+  // retired or freed by the scheme after this returns, until it is destroyed.
+  virtual void stop() {}
 };
 
 struct SchemeFactory {

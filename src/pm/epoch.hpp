@@ -1,16 +1,25 @@
-// Epoch-based reclamation (DRAM) for everything a lock-free reader may still hold: an old
-// shard after a resize, the block of a replaced or deleted variable-size item.
+// Reclamation (DRAM) for everything a lock-free reader may still hold: an old shard after a
+// resize, an old level set, a replaced filter, the block of a replaced or deleted
+// variable-size item.
 //
-// A reader enters the current global epoch; a retired object is tagged with the epoch at
-// retirement and freed once every active reader is in a later epoch.
+// Built on liburcu's memb flavour (read-side sections cost a compiler barrier; grace
+// periods use the membarrier syscall; its call_rcu thread frees retired objects one grace
+// period after retirement, so reclamation is prompt and bounded, with no quiescent-state
+// calls from the application). The class keeps the name the schemes use: a Guard is an RCU
+// read-side section, retire() is call_rcu.
+//
+// The order is always: publish the replacement, then retire the old object.
+//
+// liburcu's grace periods are process-wide. drain() must not wait for them: another index
+// (or a thread the crash simulator parked inside a read-side section) may hold one open
+// for a long time. So each Epochs keeps its own list of what it has retired and drain(),
+// called only when no reader of *this* index can be active (close), runs what is left of it
+// directly; the call_rcu callbacks of drained objects then find nothing to do.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <vector>
 
 #include "pm/threads.hpp"
 
@@ -18,40 +27,34 @@ namespace pmhash::pm {
 
 class Epochs {
  public:
-  explicit Epochs(std::shared_ptr<ThreadRegistry> threads);
+  explicit Epochs(std::shared_ptr<ThreadRegistry> threads = nullptr);
   ~Epochs();
 
   class Guard {
    public:
-    Guard(Epochs& e, unsigned tid) : e_(e), tid_(tid) { e_.enter(tid_); }
-    ~Guard() { e_.exit(tid_); }
+    explicit Guard(Epochs& e);
+    Guard(Epochs& e, unsigned tid) : Guard(e) { (void)tid; }
+    ~Guard();
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
 
    private:
     Epochs& e_;
-    unsigned tid_;
   };
 
-  Guard guard() { return Guard(*this, threads_->id()); }
+  Guard guard() { return Guard(*this); }
+  // Runs fn once every read-side section that was active at this call has ended.
   void retire(std::function<void()> fn);
-  // Runs everything retired; only when no reader can be active (close, tests).
+  // Runs everything retired and not yet run; only when no reader of this index can be
+  // active (close, destruction, tests).
   void drain();
+  // Objects retired and not yet run (tests, stats).
+  uint64_t pending() const;
+
+  struct Shared;  // the per-index list, shared with the pending callbacks
 
  private:
-  void enter(unsigned tid);
-  void exit(unsigned tid);
-  void collect(unsigned tid);
-
-  struct alignas(64) Local {
-    std::atomic<uint64_t> epoch{0};  // 0: not in a critical section
-    uint32_t depth = 0;
-    std::mutex mu;
-    std::vector<std::pair<uint64_t, std::function<void()>>> retired;
-  };
-  std::shared_ptr<ThreadRegistry> threads_;
-  std::atomic<uint64_t> global_{1};
-  std::unique_ptr<Local[]> locals_;
+  std::shared_ptr<Shared> shared_;
 };
 
 }  // namespace pmhash::pm
