@@ -155,6 +155,12 @@ static Status closed_status() {
   return {Code::kClosed, "the index is closed"};
 }
 
+static Status refused_status(const IndexImpl& impl) {
+  if (impl.gate.is_shut()) return closed_status();
+  return {Code::kInvalidArgument, "more than " + std::to_string(pm::ThreadRegistry::kMaxThreads) +
+                                      " threads use this index at once"};
+}
+
 static Status open_index_resolved(const std::string& path, const Options& options,
                                   const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
                                   std::chrono::steady_clock::time_point t0);
@@ -253,40 +259,43 @@ Status Index::open(const std::string& path, const Options& options, std::unique_
   return open_index(path, options, OpenHooks{}, out);
 }
 
-// Every call passes the gate that close() shuts (common/op_gate.hpp).
-#define PMHASH_ENTER(on_closed)                                 \
-  common::OpGate::Pass pass(impl_->gate, impl_->threads->id()); \
-  if (!pass) return on_closed
+// Every call takes a thread id (refused past kMaxThreads threads at once) and passes the
+// gate that close() shuts (common/op_gate.hpp).
+#define PMHASH_ENTER(on_refused)                           \
+  unsigned tid = impl_->threads->try_id();                 \
+  if (tid == pm::ThreadRegistry::kNoId) return on_refused; \
+  common::OpGate::Pass pass(impl_->gate, tid);             \
+  if (!pass) return on_refused
 
 Status Index::insert(std::string_view key, std::string_view value) {
-  PMHASH_ENTER(closed_status());
+  PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
   return s.ok() ? impl_->scheme->put(key, value, PutMode::kInsert) : s;
 }
 
 Status Index::upsert(std::string_view key, std::string_view value) {
-  PMHASH_ENTER(closed_status());
+  PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
   return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpsert) : s;
 }
 
 Status Index::update(std::string_view key, std::string_view value) {
-  PMHASH_ENTER(closed_status());
+  PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
   return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpdate) : s;
 }
 
 Status Index::get(std::string_view key, std::string* value) const {
-  PMHASH_ENTER(closed_status());
+  PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->scheme->get(key, value) : s;
 }
 
 Status Index::remove(std::string_view key) {
-  PMHASH_ENTER(closed_status());
+  PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->scheme->remove(key) : s;
 }
@@ -315,7 +324,7 @@ Stats Index::stats() const {
 }
 
 Status Index::check(std::string* report) const {
-  PMHASH_ENTER(closed_status());
+  PMHASH_ENTER(refused_status(*impl_));
   std::string r;
   bool ok = impl_->check(&r);
   if (report) *report = r;

@@ -31,6 +31,15 @@ thread_local ThreadCache cache;
 ThreadRegistry::ThreadRegistry() : uid_(next_uid.fetch_add(1)) {}
 
 unsigned ThreadRegistry::id() {
+  unsigned id = try_id();
+  if (id == kNoId) {
+    std::fprintf(stderr, "pmhash: more than %u threads used one index at once\n", kMaxThreads);
+    std::abort();  // unreachable through Index, which refuses the call first
+  }
+  return id;
+}
+
+unsigned ThreadRegistry::try_id() {
   if (cache.last_uid == uid_) return cache.last_id;
   for (auto& e : cache.entries) {
     if (e.uid == uid_) {
@@ -42,6 +51,7 @@ unsigned ThreadRegistry::id() {
   // Drop entries of registries that no longer exist, then register.
   std::erase_if(cache.entries, [](const Entry& e) { return e.registry.expired(); });
   unsigned id = acquire();
+  if (id == kNoId) return kNoId;
   cache.entries.push_back({uid_, id, weak_from_this()});
   cache.last_uid = uid_;
   cache.last_id = id;
@@ -56,10 +66,7 @@ unsigned ThreadRegistry::acquire() {
     return id;
   }
   unsigned id = high_water_.load(std::memory_order_relaxed);
-  if (id >= kMaxThreads) {
-    std::fprintf(stderr, "pmhash: more than %u threads used one index at once\n", kMaxThreads);
-    std::abort();
-  }
+  if (id >= kMaxThreads) return kNoId;
   high_water_.store(id + 1, std::memory_order_release);
   return id;
 }

@@ -18,14 +18,18 @@ class ThreadRegistry : public std::enable_shared_from_this<ThreadRegistry> {
   static std::shared_ptr<ThreadRegistry> make() {
     return std::shared_ptr<ThreadRegistry>(new ThreadRegistry());
   }
-  // The calling thread's id in [0, kMaxThreads).
+  // The calling thread's id in [0, kMaxThreads). Callers enter through Index, which
+  // calls try_id() first, so id() of a thread inside a call never runs out.
   unsigned id();
+  // The calling thread's id, or kNoId when kMaxThreads threads already hold one.
+  static constexpr unsigned kNoId = ~0u;
+  unsigned try_id();
   unsigned high_water() const { return high_water_.load(std::memory_order_acquire); }
   void release(unsigned id);
 
  private:
   ThreadRegistry();
-  unsigned acquire();
+  unsigned acquire();  // kNoId when all are taken
   uint64_t uid_;
   std::mutex mu_;
   std::vector<unsigned> free_;
