@@ -310,7 +310,7 @@ TEST(Worker, WaitIdleReturnsWhenStopDropsAPendingRun) {
     waited = true;
   });
   std::thread stopper([&] { w.stop(); });
-  std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(eventually([&] { return w.stopping(); }));  // stop() has begun
   task.hold = false;
   stopper.join();
   EXPECT_TRUE(eventually([&] { return waited.load(); }));
