@@ -22,16 +22,20 @@ namespace {
 
 // liburcu needs every reader thread registered; threads need no registration in pmhash's
 // API, so a thread registers on its first read-side section and unregisters when it exits.
+// liburcu's call_rcu thread registers itself: a retired function that retires again (or
+// takes a Guard) must not register it a second time (liburcu asserts), nor unregister it.
 struct ReaderRegistration {
   bool registered = false;
+  bool owned = false;  // registered by us: unregister at thread exit
   ~ReaderRegistration() {
-    if (registered) urcu_memb_unregister_thread();
+    if (owned) urcu_memb_unregister_thread();
   }
   void ensure() {
     if (registered) return;
     urcu_memb_register_thread();
-    registered = true;
+    registered = owned = true;
   }
+  void registered_by_liburcu() { registered = true; }
 };
 thread_local ReaderRegistration registration;
 
@@ -74,6 +78,7 @@ struct Epochs::Shared {
 namespace {
 void run_retired(rcu_head* head) {
   Retired* r = reinterpret_cast<Retired*>(head);
+  registration.registered_by_liburcu();  // we run on liburcu's call_rcu thread
   PMHASH_TSAN_ACQUIRE(&tsan_sync);
   std::function<void()> fn = r->owner->take(r);
   if (fn) fn();

@@ -1,7 +1,9 @@
 #include "index/turbohash/turbohash.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -25,12 +27,35 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
       match_(ctx.runtime.get_bool("simd", true) ? common::best_tag_match()
                                                 : common::tag_match_scalar),
       shards_(new ShardMirror[root_->nshards]),
-      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
+      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
+      test_pause_us_(test_pause_param(ctx.runtime)) {
   // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
   for (uint64_t s = 0; s < nshards_; ++s) {
     const Descriptor& d = dir_[s];
     shards_[s].packed.store(d.set[d.version & 1], std::memory_order_relaxed);
   }
+}
+
+uint64_t TurboHash::test_pause_param(const common::Params& runtime) {
+  uint64_t us = 0;
+#ifdef PMHASH_CRASH_HOOKS
+  runtime.get_u64("test_pause_after_retire_us", 0, &us);
+#else
+  (void)runtime;
+#endif
+  return us;
+}
+
+// Test-only (builds with PMHASH_CRASH_HOOKS): right after a resize has retired the old
+// shard, waits until reclamation has run (liburcu frees in batches some milliseconds
+// apart), then `test_pause_after_retire_us` more, so other threads can reuse the block
+// while this one holds the shard: a reader still reaching the old shard would see it.
+void TurboHash::test_pause_after_retire() const {
+  if (test_pause_us_ == 0) return;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (epochs_.pending() != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  std::this_thread::sleep_for(std::chrono::microseconds(test_pause_us_));
 }
 
 Status TurboHash::layout(const Options& o, common::Params* layout) {
@@ -318,9 +343,9 @@ bool TurboHash::place(Bucket* b0, uint64_t n, const Slot& s) const {
 }
 
 // §3.5: read the shard into DRAM, build a larger shard there, write it to PM sequentially,
-// persist, then publish through the descriptor (inactive set, then the version flip, in
-// the same commit as the allocation and the old shard's free). Readers keep using the old
-// shard until they leave their epoch.
+// persist, point the DRAM mirror at it, then publish through the descriptor (inactive set,
+// then the version flip, in the same commit as the allocation and the old shard's free).
+// Readers already on the old shard keep using it until they leave their read section.
 Status TurboHash::resize(uint32_t shard) {
   ShardMirror& sm = shards_[shard];
   uint64_t old = sm.packed.load(std::memory_order_relaxed);
@@ -360,16 +385,23 @@ Status TurboHash::resize(uint32_t shard) {
   uint64_t version = d.version;
   store_word(d.set[(version & 1) ^ 1], pack(nn, r.off));
   p.persist(&d.set[(version & 1) ^ 1], 8);
+  // Readers move to the new shard before the commit retires the old one (its free goes to
+  // the epochs): a grace period waits only for readers already inside, so a reader that
+  // loaded the old mirror after the retire could read a reused block. The new shard is
+  // persisted and holds exactly the old one's live items (we hold the WriteLock), so a
+  // crash before the version flip takes back nothing a reader has seen.
+  if (!reorder) sm.packed.store(pack(nn, r.off), std::memory_order_release);
   pm::Tx tx(alloc_);
   tx.publish(r);
   tx.store(&d.version, version + 1);
   tx.free(packed_offset(old));
   tx.commit();
+  test_pause_after_retire();
   if (reorder) {
     p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
     p.fence();
+    sm.packed.store(pack(nn, r.off), std::memory_order_release);
   }
-  sm.packed.store(pack(nn, r.off), std::memory_order_release);
   ThreadStats& ts = tstats_[threads_.id()];
   bump(ts.resizes);
   bump(ts.moved, live.size());
@@ -377,6 +409,7 @@ Status TurboHash::resize(uint32_t shard) {
 }
 
 uint64_t TurboHash::size() const {
+  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
   uint64_t total = 0;
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
@@ -423,6 +456,7 @@ void TurboHash::counters(std::map<std::string, double>* out) const {
 }
 
 bool TurboHash::check(std::string* report) const {
+  pm::Epochs::Guard guard(epochs_, threads_.id());
   bool ok = true;
   auto bad = [&](const std::string& what) {
     ok = false;
@@ -473,6 +507,7 @@ bool TurboHash::check(std::string* report) const {
 }
 
 void TurboHash::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
   fn(root_off_);
   fn(root_->directory);
   for (uint64_t s = 0; s < nshards_; ++s) {
@@ -487,6 +522,7 @@ void TurboHash::for_each_reachable(const std::function<void(uint64_t off)>& fn) 
 }
 
 void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
+  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
     const Bucket* b0 = shard_buckets(packed);

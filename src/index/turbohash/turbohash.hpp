@@ -87,6 +87,8 @@ class TurboHash final : public Scheme {
   uint64_t home(uint64_t h, uint64_t n) const { return common::fast_range(uint32_t(h), n); }
   Status resize(uint32_t shard);  // §3.5, caller holds the shard's write lock
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
+  static uint64_t test_pause_param(const common::Params& runtime);
+  void test_pause_after_retire() const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
     c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
@@ -103,6 +105,7 @@ class TurboHash final : public Scheme {
   common::TagMatchFn match_;
   std::unique_ptr<ShardMirror[]> shards_;
   std::unique_ptr<ThreadStats[]> tstats_;
+  uint64_t test_pause_us_;  // run-time `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
 };
 
 }  // namespace pmhash::turbohash
