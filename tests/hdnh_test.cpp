@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -324,8 +326,343 @@ TEST_P(HdnhTest, RejectsBadOptions) {
   }
 }
 
+// §3.7 resize: the old bottom level's block is freed only after the level set that still
+// names it has been replaced, so a reader holding a level set never reads a freed level.
+// Every free is checked against what the published structure still reaches.
+TEST_P(HdnhTest, ResizeFreesTheOldBottomOnlyAfterPublishingTheNewLevels) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(
+      Index::open(p.path, options({{"segment_bytes", "256"}, {"segments", "1"}}), &idx).ok());
+  Scheme& sc = *idx->impl()->scheme;
+  pm::Allocator& a = *idx->impl()->alloc;
+  std::function<void(uint64_t)> orig = a.on_free;
+  int frees = 0, reachable = 0;
+  a.on_free = [&](uint64_t off) {
+    ++frees;
+    bool reach = false;
+    sc.for_each_reachable([&](uint64_t o) { reach = reach || o == off; });
+    reachable += reach;
+    orig(off);
+  };
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+  a.on_free = orig;
+  EXPECT_GE(counters(*idx)["level_resizes"], 3);
+  EXPECT_GE(frees, 3);  // one old bottom level per resize
+  EXPECT_EQ(reachable, 0) << "a level was freed while the published level set still held it";
+}
+
+// Calls `at_fence` at every fence the test thread issues (after the fence: everything
+// flushed before it is persisted).
+struct FenceHook : pm::PersistHook {
+  std::function<void()> at_fence;
+  std::thread::id owner = std::this_thread::get_id();
+  bool inside = false;
+  void on_map(char*, size_t) override {}
+  void on_flush(const void*, size_t) override {}
+  void on_fence() override {
+    if (!at_fence || inside || std::this_thread::get_id() != owner) return;
+    inside = true;
+    at_fence();
+    inside = false;
+  }
+};
+
+// Persist, then make visible (§3.4 hot-table writes included): at every fence of an insert
+// (and, inline, of an update) a get() of the key must not return the new value while no
+// persisted PM record holds it, and once it has returned it must not say not-found. With
+// background writes the partner runs meanwhile, so the check polls.
+TEST_P(HdnhTest, ReaderNeverSeesAValueBeforeItsPmCommit) {
+  for (std::string sync : {"inline", "background"}) {
+    for (std::string repl : {"rafl", "lru"}) {
+      SCOPED_TRACE(sync + " " + repl);
+      TempPool p;
+      std::unique_ptr<Index> idx;
+      ASSERT_TRUE(
+          Index::open(p.path,
+                      options({{"hot_table", repl}, {"sync_write", sync}, {"hot_slots", "8"}}),
+                      &idx)
+              .ok());
+      IndexImpl& im = *idx->impl();
+      std::string armed_key, armed_value;
+      int fences = 0, early = 0, lost = 0;
+      bool seen = false;
+      auto persisted = [&] {  // a valid PM record holds the new value (the fence is done)
+        bool found = false;
+        im.scheme->for_each([&](const common::Slot& s) {
+          std::string v;
+          if (im.items->slot_key_bytes(s) == armed_key && im.items->read_value(s.value, &v) &&
+              v == armed_value)
+            found = true;
+        });
+        return found;
+      };
+      FenceHook hook;
+      hook.at_fence = [&] {
+        if (armed_key.empty()) return;
+        ++fences;
+        bool durable = persisted();
+        int polls = (sync == "background" && !durable) ? 300 : 1;
+        for (int i = 0; i < polls; ++i) {
+          std::string got;
+          Status s = idx->get(armed_key, &got);
+          if (s.ok() && got == armed_value) {
+            early += !durable;
+            seen = true;
+            break;
+          }
+          if (seen && s.code() == Code::kNotFound) ++lost;
+          std::this_thread::yield();
+        }
+      };
+      im.pool->persister().hook = &hook;
+      const int n = 12;
+      for (int i = 0; i < n; ++i) {
+        armed_key = key(i), armed_value = value(i), seen = false;
+        ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+        armed_key.clear();
+      }
+      if (sync == "inline") {  // background: the in-fence get would wait for our own lock
+        for (int i = 0; i < n; ++i) {
+          // The old value must be a hot hit, or the in-fence get would wait for the slot
+          // this thread holds.
+          std::string got;
+          double hits = counters(*idx)["hot_hits"];
+          ASSERT_TRUE(idx->get(key(i), &got).ok());
+          ASSERT_EQ(counters(*idx)["hot_hits"], hits + 1);
+          armed_key = key(i), armed_value = value(i, 2), seen = false;
+          ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok());
+          armed_key.clear();
+        }
+      }
+      im.pool->persister().hook = nullptr;
+      EXPECT_GE(fences, 2 * n);
+      EXPECT_EQ(early, 0) << "a reader saw a value no persisted record holds";
+      EXPECT_EQ(lost, 0) << "a reader saw the value, a later one did not find the key";
+      std::string report;
+      EXPECT_TRUE(im.check(&report)) << report;
+    }
+  }
+}
+
+// A read-miss fill must not cache a value replaced since the lock-free read: 1..40
+// delete/re-insert pairs of the key (into the same slot) run between the read and the fill;
+// 32 of them bring the slot's 6-bit OCF version back to what the reader saw.
+TEST_P(HdnhTest, ReadFillNeverCachesAValueReplacedSinceTheRead) {
+  for (std::string repl : {"rafl", "lru"}) {
+    SCOPED_TRACE(repl);
+    TempPool p;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, options({{"hot_table", repl}}), &idx).ok());
+    auto* h = static_cast<hdnh::Hdnh*>(idx->impl()->scheme.get());
+    const std::string k = key(1);
+    uint32_t ver = 0;
+    ASSERT_TRUE(idx->insert(k, value(1, ver)).ok());
+    for (int pairs = 1; pairs <= 40; ++pairs) {
+      h->test_drop_hot(k);  // the next get() reads PM and fills
+      bool armed = true;
+      int ran = 0;
+      h->test_before_fill = [&] {
+        if (!armed) return;
+        armed = false;
+        ++ran;
+        for (int j = 0; j < pairs; ++j) {
+          ASSERT_TRUE(idx->remove(k).ok());
+          ASSERT_TRUE(idx->insert(k, value(1, ++ver)).ok());
+        }
+      };
+      std::string got;
+      ASSERT_TRUE(idx->get(k, &got).ok());
+      h->test_before_fill = nullptr;
+      ASSERT_EQ(ran, 1) << "the get did not reach the fill";
+      std::string report;
+      ASSERT_TRUE(idx->impl()->check(&report)) << pairs << " pairs: " << report;
+      ASSERT_TRUE(idx->get(k, &got).ok());
+      ASSERT_EQ(got, value(1, ver)) << pairs << " pairs";
+    }
+  }
+}
+
+// stats() (capacity, DRAM bytes, counters: levels and hot items) runs while a writer's
+// inserts resize the table every few hundred keys: no freed level or hot item is read
+// (ASan), and every snapshot is sane.
+TEST_P(HdnhTest, StatsWhileAWriterResizes) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(
+      Index::open(p.path, options({{"segment_bytes", "256"}, {"segments", "1"}}), &idx).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::atomic<uint64_t> calls{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 3; ++t)
+    ts.emplace_back([&] {
+      do {
+        Stats st = idx->stats();
+        double levels = st.counters["levels"];
+        if (st.capacity_slots < 24 || (levels != 2 && levels != 3) ||
+            st.counters["hot_items"] > st.counters["hot_capacity"] || st.dram_bytes == 0)
+          bad++;
+        calls++;
+      } while (!done.load());
+    });
+  const int n = 5000;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+    if (i % 3 == 0) {
+      ASSERT_TRUE(idx->upsert(key(i / 2), value(i / 2, 2)).ok());
+    }
+  }
+  done = true;
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GE(calls.load(), 3u);
+  EXPECT_GE(counters(*idx)["level_resizes"], 6);
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, HdnhTest, ::testing::Values(Format::kFixed, Format::kVariable),
                          [](const auto& info) { return std::string(format_name(info.param)); });
+
+// Concurrency with DEFAULT options and with the matrix sync_write × hot_table × ocf on tiny
+// segments (a resize every few hundred inserts): 8 threads (more than the cores) — three
+// key owners writing (inserts, upserts; one of them mostly deleting), three readers, two
+// stats() callers. Each key has one owner, which announces an operation (intent) before it
+// and acknowledges it after; a reader's result must be the key's acknowledged state or the
+// announced operation's. At the end every key matches its owner's model, and check() passes.
+struct ConcCase {
+  std::string name;
+  Format format;
+  std::map<std::string, std::string> params;
+};
+
+class HdnhConcurrency : public ::testing::TestWithParam<ConcCase> {};
+
+std::vector<ConcCase> conc_cases() {
+  std::vector<ConcCase> v;
+  for (Format f : {Format::kFixed, Format::kVariable}) {
+    v.push_back({std::string(format_name(f)) + "_defaults", f, {}});
+    for (std::string sync : {"inline", "background"})
+      for (std::string hot : {"rafl", "lru", "off"})
+        for (std::string ocf : {"on", "off"})
+          v.push_back({std::string(format_name(f)) + "_" + sync + "_hot_" + hot + "_ocf_" + ocf,
+                       f,
+                       {{"segment_bytes", "256"},
+                        {"segments", "1"},
+                        {"sync_write", sync},
+                        {"hot_table", hot},
+                        {"ocf", ocf}}});
+  }
+  return v;
+}
+
+TEST_P(HdnhConcurrency, OwnersReadersDeletersAndStatsAgreeWithThePerKeyModel) {
+  const ConcCase& c = GetParam();
+  const bool fixed = c.format == Format::kFixed;
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  Options o = small_options("hdnh", c.format);
+  o.params = c.params;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  const int owners = 3, keys = 900, ops = 1500;
+  // Per key: ack = seq << 1 | present (after operation seq), intent = seq << 1 | is_put
+  // (before it). A put of operation seq writes version seq.
+  std::vector<std::atomic<uint64_t>> ack(keys), intent(keys);
+  std::atomic<int> owners_left{owners};
+  std::atomic<int> errors{0};
+  std::atomic<uint64_t> checked{0};
+  auto version_of = [&](const std::string& v) -> uint64_t {
+    uint32_t ver = 0;
+    if (fixed)
+      std::memcpy(&ver, v.data(), 4);
+    else
+      ver = static_cast<uint32_t>(std::stoul(v.substr(1)));
+    return ver;
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < owners; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      int delete_pct = t == owners - 1 ? 50 : 15;  // the last owner is mostly a deleter
+      for (int i = 0; i < ops; ++i) {
+        uint64_t k = (rng() % (keys / owners)) * owners + t;
+        uint64_t a = ack[k].load();
+        uint64_t seq = (a >> 1) + 1;
+        bool present = a & 1;
+        bool del = present && int(rng() % 100) < delete_pct;
+        intent[k].store(seq << 1 | (del ? 0 : 1));
+        std::string kk = make_key(k, fixed), vv = make_value(kk, uint32_t(seq), fixed);
+        Status s = del ? idx->remove(kk) : (present ? idx->upsert(kk, vv) : idx->insert(kk, vv));
+        if (!s.ok()) errors++;
+        ack[k].store(seq << 1 | (del ? 0 : 1));
+      }
+      owners_left--;
+    });
+  for (int t = 0; t < 3; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(200 + t);
+      std::string got;
+      do {
+        uint64_t k = rng() % keys;
+        std::string kk = make_key(k, fixed);
+        uint64_t a1 = ack[k].load();
+        Status s = idx->get(kk, &got);
+        uint64_t i2 = intent[k].load(), a2 = ack[k].load();
+        if (a2 != a1) continue;  // an operation completed meanwhile: either state is fine
+        bool found = s.ok();
+        if (!found && s.code() != Code::kNotFound) {
+          errors++;
+          continue;
+        }
+        if (found && !value_ok(kk, got, fixed)) {
+          errors++;
+          continue;
+        }
+        uint64_t seq = a1 >> 1;
+        auto is_state = [&](bool present, uint64_t ver) {
+          return found == present && (!found || version_of(got) == ver);
+        };
+        bool ok = is_state(a1 & 1, seq) || ((i2 >> 1) == seq + 1 && is_state(i2 & 1, seq + 1));
+        if (!ok) errors++;
+        checked++;
+      } while (owners_left.load() > 0);
+    });
+  for (int t = 0; t < 2; ++t)
+    ts.emplace_back([&] {
+      do {
+        Stats st = idx->stats();
+        if (st.capacity_slots == 0 || st.size > st.capacity_slots) errors++;
+      } while (owners_left.load() > 0);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GT(checked.load(), 0u);
+  uint64_t present = 0;
+  std::string got;
+  for (int k = 0; k < keys; ++k) {
+    std::string kk = make_key(k, fixed);
+    uint64_t a = ack[k].load();
+    if (a & 1) {
+      ++present;
+      ASSERT_TRUE(idx->get(kk, &got).ok()) << k;
+      ASSERT_EQ(got, make_value(kk, uint32_t(a >> 1), fixed)) << k;
+    } else {
+      ASSERT_EQ(idx->get(kk, &got).code(), Code::kNotFound) << k;
+    }
+  }
+  EXPECT_EQ(idx->size(), present);
+  if (!c.params.empty()) {
+    std::map<std::string, double> cn;
+    idx->impl()->scheme->counters(&cn);
+    EXPECT_GE(cn["level_resizes"], 3);
+  }
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, HdnhConcurrency, ::testing::ValuesIn(conc_cases()),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace pmhash::testing

@@ -84,15 +84,17 @@ class Hdnh::StripeLock {
   std::atomic<uint32_t>& w_;
 };
 
-// §3.4: each foreground thread has a background partner that writes the hot table while
-// the foreground writes the non-volatile table; `state` is the sync_write_signal.
+// §3.4: each foreground thread has a background partner that does the hot-table half of a
+// write while the foreground writes the non-volatile table; the Worker's request/done
+// counters are the sync_write_signal.
 struct Hdnh::Partner {
-  std::atomic<uint32_t> state{0};  // 0 idle, 1 job posted, 2 job complete, 3 stop
-  int op = 0;
-  const LevelSet* set = nullptr;
-  Hashed k{};
-  std::string_view key, value;
-  std::thread thread;
+  // Spins before sleeping (partner) or waiting (foreground): a write stream hands a job over
+  // every microsecond or so.
+  static constexpr uint32_t kSpins = 1u << 10;
+  HotJob* job = nullptr;  // set by the foreground before wake()
+  bool unpinned = false;  // touched by the partner thread only
+  common::Worker worker;  // last: its thread starts once the fields above exist
+  explicit Partner(Hdnh* h) : worker([this, h] { h->run_partner(this); }, kSpins) {}
 };
 
 // ---- construction, layout, recovery ----
@@ -154,13 +156,7 @@ Hdnh::Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg)
 }
 
 Hdnh::~Hdnh() {
-  for (unsigned t = 0; t < pm::ThreadRegistry::kMaxThreads; ++t) {
-    Partner* p = partners_[t].get();
-    if (p == nullptr) continue;
-    p->state.store(3, std::memory_order_release);
-    p->state.notify_one();
-    p->thread.join();
-  }
+  stop();
   epochs_.drain();
   LevelSet* set = levels_.load();
   for (int i = 0; i < set->n; ++i) {
@@ -409,7 +405,13 @@ bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc*
         uint16_t w = e.load(std::memory_order_acquire);
         if (!ocf::valid(w) || (cfg_.use_ocf && ocf::fp(w) != k.fp)) continue;
         if (ocf::busy(w)) {  // a writer holds the slot: wait for it, then start over
-          while (e.load(std::memory_order_acquire) == w) cpu_relax();
+          // (yielding: the holder may be waiting for its partner on an oversubscribed core)
+          for (int spins = 0; e.load(std::memory_order_acquire) == w; ++spins) {
+            if (spins < 64)
+              cpu_relax();
+            else
+              std::this_thread::yield();
+          }
           *retry = true;
           return false;
         }
@@ -541,17 +543,7 @@ Status Hdnh::get(std::string_view key, std::string* value) {
       if (!items_.read_value(vw, value)) return {Code::kCorrupted, "hdnh: slot points to no item"};
       ts.pos_reads.fetch_add(1, std::memory_order_relaxed);
       ts.pm_slots_pos.fetch_add(pm_slots, std::memory_order_relaxed);
-      // A searched item enters the hot table. Under the key's writer lock (if free) and only
-      // if the slot is unchanged, so the hot table never gets a stale value.
-      if (cfg_.replacement != Replacement::kOff) {
-        std::atomic<uint32_t>& sw = stripe(k.h1);
-        if (try_lock_word(sw)) {
-          if (loc.level->ocf[loc.bucket * kSlots + loc.slot].load(std::memory_order_acquire) ==
-              loc.entry)
-            hot_put(*set, k, key, *value);
-          unlock_word(sw);
-        }
-      }
+      if (cfg_.replacement != Replacement::kOff) hot_fill(*set, k, key);
       return Status::Ok();
     }
     if (resize_seq_.load(std::memory_order_acquire) != seq) continue;  // a resize moved records
@@ -588,23 +580,31 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
         items_.cancel(item);
         continue;
       }
-      hot_job(kHotPut, *set, k, key, value);
+      HotJob hj;
+      hot_begin(&hj, kHotPut, *set, k, key, value);
       Bucket& b = loc.level->buckets[loc.bucket];
       Loc nl;
-      if (claim_in(*loc.level, loc.bucket, &nl)) {  // out of place, inside the bucket
+      bool out_of_place = claim_in(*loc.level, loc.bucket, &nl);
+      if (out_of_place) {  // inside the bucket
         Slot& ns = b.slots[nl.slot];
         store_word(ns.key, item.key_word);
         store_word(ns.value, item.value_word);
         p.persist(&ns, sizeof ns);
         commit_bitmap(b, bit(nl.slot), bit(loc.slot), items_.variable() ? &item.item : nullptr,
                       items_.owned_block(vw));
-        unlock_slot(nl, true, k.fp);  // new valid before old invalid: readers never miss
-        unlock_slot(loc, false, 0);
       } else {  // a full bucket: the value word in place (variable: a new item, one commit)
         items_.replace_value(b.slots[loc.slot].value, item);
+      }
+      // Committed. The hot copy is published before the OCF releases the old slot: until
+      // then a reader that misses the hot table waits for that slot, so no reader sees the
+      // new value and then the old one.
+      hot_finish(&hj);
+      if (out_of_place) {
+        unlock_slot(nl, true, k.fp);  // new valid before old invalid: readers never miss
+        unlock_slot(loc, false, 0);
+      } else {
         unlock_slot(loc, true, k.fp);
       }
-      hot_wait();
       return Status::Ok();
     }
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
@@ -622,16 +622,19 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
       unlock_slot(nl, false, 0);
       return s;
     }
-    hot_job(kHotPut, *set, k, key, value);
+    HotJob hj;
+    hot_begin(&hj, kHotPut, *set, k, key, value);
     Bucket& b = nl.level->buckets[nl.bucket];
     Slot& ns = b.slots[nl.slot];
     store_word(ns.key, item.key_word);
     store_word(ns.value, item.value_word);
     p.persist(&ns, sizeof ns);
     commit_bitmap(b, bit(nl.slot), 0, items_.variable() ? &item.item : nullptr, 0);
+    // Committed. The OCF shows the record before the hot table does: a reader that finds
+    // the hot copy and a later one that misses it (evicted) both find the key.
     unlock_slot(nl, true, k.fp);
     ts.items.fetch_add(1, std::memory_order_relaxed);
-    hot_wait();
+    hot_finish(&hj);
     return Status::Ok();
   }
 }
@@ -653,12 +656,15 @@ Status Hdnh::remove(std::string_view key) {
     if (retry) continue;
     if (!found) return {Code::kNotFound, "key not found"};
     if (!lock_slot(&loc)) continue;
-    hot_job(kHotRemove, *set, k, key, {});
+    // Dropping the hot copies may overlap the PM write (background): a reader that misses
+    // them waits for the locked slot. They are gone before the OCF shows the delete.
+    HotJob hj;
+    hot_begin(&hj, kHotRemove, *set, k, key, {});
     commit_bitmap(loc.level->buckets[loc.bucket], 0, bit(loc.slot), nullptr,
                   items_.owned_block(vw));
+    hot_finish(&hj);
     unlock_slot(loc, false, 0);
     ts.items.fetch_sub(1, std::memory_order_relaxed);
-    hot_wait();
     return Status::Ok();
   }
 }
@@ -674,6 +680,9 @@ void Hdnh::hot_release(uint64_t vw) {
   if (items_.variable()) epochs_.retire([vw] { delete reinterpret_cast<HotItem*>(vw); });
 }
 
+// A busy (opmap) hot slot is being written: it is skipped, not waited for. Its holder is
+// the key's writer (which publishes only after the PM commit; a reader that goes on to the
+// OCF finds the record's slot locked and waits there) or a write evicting it.
 bool Hdnh::hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value) {
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
@@ -682,11 +691,7 @@ bool Hdnh::hot_get(const LevelSet& set, const Hashed& k, std::string_view key, s
       std::atomic<uint16_t>& meta = l.hot_meta[base + e];
       for (;;) {
         uint16_t m1 = meta.load(std::memory_order_acquire);
-        if (!(m1 & hot::kValid)) break;
-        if (m1 & hot::kBusy) {
-          cpu_relax();
-          continue;
-        }
+        if (!(m1 & hot::kValid) || (m1 & hot::kBusy)) break;
         uint64_t kw = l.hot_key[base + e].load(std::memory_order_acquire);
         uint64_t vw = l.hot_value[base + e].load(std::memory_order_acquire);
         if (kw != k.kw) {
@@ -716,55 +721,43 @@ bool Hdnh::hot_get(const LevelSet& set, const Hashed& k, std::string_view key, s
   return false;
 }
 
-// Puts key -> value into the hot table (caller holds the key's writer lock): every copy is
-// updated in place; with none, an empty slot of the key's bucket in the newest level, then
+// Prepares a put of key -> value (caller holds the key's writer lock): the DRAM copy is
+// made and the target slots locked, nothing becomes visible. Targets: every copy of the key
+// (updated in place); with none, an empty slot of the key's bucket in the newest level, then
 // the older; with none, a replacement in the newest level's bucket (RAFL or LRU).
-void Hdnh::hot_put(const LevelSet& set, const Hashed& k, std::string_view key,
-                   std::string_view value) {
+void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view key,
+                       std::string_view value, HotWrite* w) {
   const int hs = cfg_.hot_slots;
-  auto value_word = [&] {
-    uint64_t vw = 0;
-    if (items_.variable())
-      vw = reinterpret_cast<uint64_t>(new HotItem{std::string(key), std::string(value)});
-    else
-      std::memcpy(&vw, value.data(), 8);
-    return vw;
-  };
-  // Writes slot idx of level l if its metadata is still `m` (unlocked); false otherwise.
-  auto write = [&](Level& l, uint64_t idx, uint16_t m, bool keep_hot) {
-    std::atomic<uint16_t>& meta = l.hot_meta[idx];
-    if ((m & hot::kBusy) || !meta.compare_exchange_strong(m, m | hot::kBusy)) return false;
-    uint64_t old = l.hot_value[idx].load(std::memory_order_relaxed);
-    // Release: a reader that loads the new value word also sees the hot item it points to.
-    l.hot_key[idx].store(k.kw, std::memory_order_release);
-    l.hot_value[idx].store(value_word(), std::memory_order_release);
-    if (l.hot_stamp) l.hot_stamp[idx].store(clock_.fetch_add(1), std::memory_order_relaxed);
-    uint16_t keep = keep_hot ? (m & hot::kHot) : 0;
-    meta.store(static_cast<uint16_t>(((m + hot::kVersionOne) & ~7u) | hot::kValid | keep),
-               std::memory_order_release);
-    if (m & hot::kValid) hot_release(old);
+  w->n = 0;
+  w->evicts = false;
+  if (items_.variable())
+    w->vw = reinterpret_cast<uint64_t>(new HotItem{std::string(key), std::string(value)});
+  else
+    std::memcpy(&w->vw, value.data(), 8);
+  auto lock = [&](Level& l, uint64_t idx, uint16_t m, bool same_key) {
+    if ((m & hot::kBusy) ||
+        !l.hot_meta[idx].compare_exchange_strong(m, m | hot::kBusy, std::memory_order_acquire))
+      return false;
+    w->t[w->n++] = {&l, idx, m, same_key};
     return true;
   };
-  bool updated = false;
+  // The key's copies. A busy slot is skipped: its holder is not a writer of this key (we
+  // hold the key's lock), so it is a write that replaces the copy anyway.
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
     uint64_t base = hot_bucket(l, k) * hs;
     for (int e = 0; e < hs; ++e) {
       for (;;) {
         uint16_t m = l.hot_meta[base + e].load(std::memory_order_acquire);
-        if (!(m & hot::kValid)) break;
-        if (m & hot::kBusy) continue;
+        if (!(m & hot::kValid) || (m & hot::kBusy)) break;
         if (!hot_matches(l.hot_key[base + e].load(std::memory_order_acquire),
                          l.hot_value[base + e].load(std::memory_order_acquire), k, key))
           break;
-        if (write(l, base + e, m, true)) {
-          updated = true;
-          break;
-        }
+        if (lock(l, base + e, m, true)) break;  // else it changed: look again
       }
     }
   }
-  if (updated) return;
+  if (w->n > 0) return;
   // Newest level first: {top, bottom}, or {new top, top, bottom} while resizing.
   Level* order[3] = {set.lv[0], set.lv[1], set.lv[1]};
   int n = 2;
@@ -774,7 +767,7 @@ void Hdnh::hot_put(const LevelSet& set, const Hashed& k, std::string_view key,
     uint64_t base = hot_bucket(l, k) * hs;
     for (int e = 0; e < hs; ++e) {
       uint16_t m = l.hot_meta[base + e].load(std::memory_order_acquire);
-      if (!(m & (hot::kValid | hot::kBusy)) && write(l, base + e, m, false)) return;
+      if (!(m & (hot::kValid | hot::kBusy)) && lock(l, base + e, m, false)) return;
     }
   }
   // Replacement in the first level's bucket.
@@ -799,13 +792,40 @@ void Hdnh::hot_put(const LevelSet& set, const Hashed& k, std::string_view key,
       }
     }
     uint16_t m = l.hot_meta[base + victim].load(std::memory_order_acquire);
-    if (write(l, base + victim, m, false)) {
-      hot_evictions_.fetch_add(1, std::memory_order_relaxed);
+    if (lock(l, base + victim, m, false)) {
+      w->evicts = (m & hot::kValid) != 0;
       return;
     }
   }
 }
 
+// Publishes a prepared put (after the PM commit): the first target gets the copy, further
+// copies are dropped; every slot is unlocked with its version moved.
+void Hdnh::hot_publish(const Hashed& k, HotWrite& w) {
+  if (w.n == 0) {  // no slot: the copy was never visible
+    if (items_.variable()) delete reinterpret_cast<HotItem*>(w.vw);
+    return;
+  }
+  for (int i = 0; i < w.n; ++i) {
+    const HotTarget& t = w.t[i];
+    Level& l = *t.level;
+    uint64_t old = l.hot_value[t.idx].load(std::memory_order_relaxed);
+    auto next = static_cast<uint16_t>((t.meta + hot::kVersionOne) & ~7u);
+    if (i == 0) {
+      // Release: a reader that loads the new value word also sees the hot item it points to.
+      l.hot_key[t.idx].store(k.kw, std::memory_order_release);
+      l.hot_value[t.idx].store(w.vw, std::memory_order_release);
+      if (l.hot_stamp) l.hot_stamp[t.idx].store(clock_.fetch_add(1), std::memory_order_relaxed);
+      next |= hot::kValid | (t.same_key ? (t.meta & hot::kHot) : 0);
+    }
+    l.hot_meta[t.idx].store(next, std::memory_order_release);
+    if (t.meta & hot::kValid) hot_release(old);  // unpublished above, freed after an epoch
+  }
+  if (w.evicts) hot_evictions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Drops the key's copies (caller holds the key's writer lock; a busy slot is skipped, as in
+// hot_prepare).
 void Hdnh::hot_remove(const LevelSet& set, const Hashed& k, std::string_view key) {
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
@@ -814,8 +834,7 @@ void Hdnh::hot_remove(const LevelSet& set, const Hashed& k, std::string_view key
       std::atomic<uint16_t>& meta = l.hot_meta[base + e];
       for (;;) {
         uint16_t m = meta.load(std::memory_order_acquire);
-        if (!(m & hot::kValid)) break;
-        if (m & hot::kBusy) continue;
+        if (!(m & hot::kValid) || (m & hot::kBusy)) break;
         uint64_t vw = l.hot_value[base + e].load(std::memory_order_acquire);
         if (!hot_matches(l.hot_key[base + e].load(std::memory_order_acquire), vw, k, key)) break;
         if (!meta.compare_exchange_strong(m, static_cast<uint16_t>((m + hot::kVersionOne) & ~7u)))
@@ -827,13 +846,38 @@ void Hdnh::hot_remove(const LevelSet& set, const Hashed& k, std::string_view key
   }
 }
 
+// A searched item enters the hot table (§3.3), under the key's writer lock if it is free.
+// The value is read again under that lock: no writer of the key can change it meanwhile, so
+// the copy is the table's current value. (The OCF entry seen by the lock-free read proves
+// nothing: its 6-bit version comes back after 32 delete/insert pairs into one slot.)
+void Hdnh::hot_fill(const LevelSet& set, const Hashed& k, std::string_view key) {
+#ifdef PMHASH_CRASH_HOOKS
+  if (test_before_fill) test_before_fill();
+#endif
+  std::atomic<uint32_t>& sw = stripe(k.h1);
+  if (!try_lock_word(sw)) return;  // a writer of the key is active: it publishes its value
+  Loc loc;
+  uint64_t vw = 0, pm_slots = 0;
+  bool retry = false;
+  std::string value;
+  if (find(set, k, key, &loc, &vw, &retry, &pm_slots) && items_.read_value(vw, &value)) {
+    HotWrite w;
+    hot_prepare(set, k, key, value, &w);
+    hot_publish(k, w);
+  }
+  unlock_word(sw);
+}
+
 Hdnh::Partner* Hdnh::partner() {
   unsigned tid = threads_.id();
-  if (Partner* p = partners_[tid].get()) return p;
-  std::lock_guard<std::mutex> g(partners_mu_);
-  auto p = std::make_unique<Partner>();
-  Partner* raw = p.get();
-  raw->thread = std::thread([this, raw] {
+  if (Partner* p = partners_[tid].get()) return p;  // only this thread sets its slot
+  std::lock_guard<std::mutex> g(partners_mu_);      // stop() reads every slot
+  partners_[tid] = std::make_unique<Partner>(this);
+  return partners_[tid].get();
+}
+
+void Hdnh::run_partner(Partner* p) {
+  if (!p->unpinned) {
     // A thread inherits its creator's CPU affinity; a partner pinned to its foreground
     // thread's core could only run when that thread waits. Let it run anywhere.
     cpu_set_t all;
@@ -841,64 +885,57 @@ Hdnh::Partner* Hdnh::partner() {
     for (unsigned c = 0; c < std::thread::hardware_concurrency() && c < CPU_SETSIZE; ++c)
       CPU_SET(c, &all);
     pthread_setaffinity_np(pthread_self(), sizeof all, &all);
-    for (;;) {
-      uint32_t s;
-      // Spin a while for the next job (a write stream keeps the partner busy), then sleep.
-      for (int spins = 0; (s = raw->state.load(std::memory_order_acquire)) != 1 && s != 3;
-           ++spins) {
-        if (spins < (1 << 14))
-          cpu_relax();
-        else
-          raw->state.wait(s, std::memory_order_acquire);
-      }
-      if (s == 3) return;
-      {
-        pm::Epochs::Guard guard(epochs_, threads_.id());
-        if (raw->op == kHotPut)
-          hot_put(*raw->set, raw->k, raw->key, raw->value);
-        else
-          hot_remove(*raw->set, raw->k, raw->key);
-      }
-      raw->state.store(2, std::memory_order_release);
-      raw->state.notify_one();
-    }
-  });
-  partners_[tid] = std::move(p);
-  return raw;
+    p->unpinned = true;
+  }
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  run_hot_job(p->job);
 }
 
-// The hot-table half of a write: handed to the partner thread (sync_write=background) or
-// done here (inline). The caller holds the key's writer lock until hot_wait().
-void Hdnh::hot_job(int op, const LevelSet& set, const Hashed& k, std::string_view key,
-                   std::string_view value) {
+void Hdnh::run_hot_job(HotJob* j) {
+  if (j->op == kHotPut)
+    hot_prepare(*j->set, j->k, j->key, j->value, &j->w);
+  else
+    hot_remove(*j->set, j->k, j->key);
+  j->ran = true;
+}
+
+// The caller holds the key's writer lock and the resize lock (shared) until hot_finish().
+void Hdnh::hot_begin(HotJob* j, int op, const LevelSet& set, const Hashed& k, std::string_view key,
+                     std::string_view value) {
   if (cfg_.replacement == Replacement::kOff) return;
-  if (!cfg_.background_write) {
-    if (op == kHotPut)
-      hot_put(set, k, key, value);
-    else
-      hot_remove(set, k, key);
-    return;
-  }
-  Partner* p = partner();
-  p->op = op;
-  p->set = &set;
-  p->k = k;
-  p->key = key;
-  p->value = value;
-  p->state.store(1, std::memory_order_release);  // sync_write_signal: incomplete
-  p->state.notify_one();
+  j->op = op;
+  j->set = &set;
+  j->k = k;
+  j->key = key;
+  j->value = value;
+  if (!cfg_.background_write) return;  // inline: all of it in hot_finish()
+  j->partner = partner();
+  j->partner->job = j;
+  j->partner->worker.wake();  // sync_write_signal: incomplete
 }
 
-void Hdnh::hot_wait() {
-  if (cfg_.replacement == Replacement::kOff || !cfg_.background_write) return;
-  Partner* p = partners_[threads_.id()].get();
-  for (int spins = 0; p->state.load(std::memory_order_acquire) != 2; ++spins) {
-    if (spins < 256)
-      cpu_relax();
-    else
-      p->state.wait(1, std::memory_order_acquire);
-  }
+void Hdnh::hot_finish(HotJob* j) {
+  if (j->op == 0) return;
+  if (j->partner != nullptr) j->partner->worker.wait_idle();
+  if (!j->ran) run_hot_job(j);  // inline, or the partner was stopped
+  if (j->op == kHotPut) hot_publish(j->k, j->w);
 }
+
+void Hdnh::stop() {
+  std::lock_guard<std::mutex> g(partners_mu_);
+  for (unsigned t = 0; t < pm::ThreadRegistry::kMaxThreads; ++t)
+    if (partners_[t]) partners_[t]->worker.stop();
+}
+
+#ifdef PMHASH_CRASH_HOOKS
+void Hdnh::test_drop_hot(std::string_view key) {
+  if (cfg_.replacement == Replacement::kOff) return;
+  Hashed k = hashed(key);
+  StripeLock key_lock(stripe(k.h1));
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  hot_remove(*levels_.load(std::memory_order_acquire), k, key);
+}
+#endif
 
 // ---- resizing (§2.2 Level hashing, §3.7) ----
 
@@ -953,8 +990,13 @@ Status Hdnh::rehash() {
   for (uint64_t b = root_->rehash_progress; b < bottom->nbuckets; ++b)
     if (!rehash_bucket(b))
       return {Code::kPoolFull, "hdnh: a resize could not place a record in the new level"};
-  // The old top becomes the bottom, the new level the top; the old bottom is freed — one
-  // commit.
+  // Readers stop searching the old bottom first: every record is in the two remaining
+  // levels (all bottom buckets rehashed, persisted), so the DRAM level set may change before
+  // the PM root; a crash now recovers the same records (rehash_progress is at the end).
+  publish_levels({nt, top});
+  resize_seq_.fetch_add(1);  // even: two levels
+  // Then the old top becomes the bottom, the new level the top, and the old bottom is freed,
+  // in one commit (its reuse waits for the readers that may still hold the old level set).
   pm::Tx tx(alloc_);
   tx.free(bottom->off);
   tx.store(&root_->bottom.off, root_->top.off);
@@ -967,8 +1009,6 @@ Status Hdnh::rehash() {
   tx.store(&root_->level_number, 2);
   tx.store(&root_->resizing_flag, 0);
   tx.commit();
-  publish_levels({nt, top});
-  resize_seq_.fetch_add(1);  // even: two levels
   bool variable = items_.variable();
   int hs = cfg_.hot_slots;
   epochs_.retire([bottom, variable, hs] {
@@ -1073,7 +1113,10 @@ uint64_t Hdnh::size() const {
   return static_cast<uint64_t>(std::max<int64_t>(n, 0));
 }
 
+// The introspection calls run concurrently with operations: they hold an epoch guard for the
+// level set, its levels and the hot items they read.
 uint64_t Hdnh::capacity_slots() const {
+  pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   uint64_t n = 0;
   for (int i = 0; i < set->n; ++i) n += set->lv[i]->nbuckets * kSlots;
@@ -1081,6 +1124,7 @@ uint64_t Hdnh::capacity_slots() const {
 }
 
 uint64_t Hdnh::dram_bytes() const {
+  pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   uint64_t n = 2 * kStripes * sizeof(std::atomic<uint32_t>);
   uint64_t per_hot = 2 + 8 + 8 + (cfg_.replacement == Replacement::kLru ? 8 : 0);
@@ -1114,6 +1158,7 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
     hits += s.hot_hits.load();
     retries += s.retries.load();
   }
+  pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   uint64_t hot_used = 0, hot_cap = 0;
   for (int i = 0; i < set->n; ++i) {
@@ -1144,6 +1189,7 @@ bool Hdnh::check(std::string* report) const {
     ok = false;
     *report += "hdnh: " + what + "\n";
   };
+  pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   std::unordered_map<std::string, uint64_t> values;  // key bytes -> value word
   uint64_t count = 0;
@@ -1214,6 +1260,7 @@ bool Hdnh::check(std::string* report) const {
 
 void Hdnh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
   fn(root_off_);
+  pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   for (int i = 0; i < set->n; ++i) fn(set->lv[i]->off);
   if (!items_.variable()) return;
@@ -1221,6 +1268,7 @@ void Hdnh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const
 }
 
 void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
+  pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];

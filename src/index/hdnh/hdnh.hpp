@@ -5,13 +5,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
 #include <vector>
 
+#include "common/worker.hpp"
 #include "index/scheme.hpp"
 
 namespace pmhash::hdnh {
@@ -131,6 +132,14 @@ class Hdnh final : public Scheme {
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  void stop() override;  // stops the partner writers
+
+#ifdef PMHASH_CRASH_HOOKS
+  // Test seams. Runs in get() between the lock-free read and the hot-table fill.
+  std::function<void()> test_before_fill;
+  // Drops the key's hot-table copies (so the next get() reads PM and fills).
+  void test_drop_hot(std::string_view key);
+#endif
 
  private:
   struct Hashed {
@@ -153,6 +162,32 @@ class Hdnh final : public Scheme {
     std::atomic<int64_t> items{0};
   };
   struct Partner;  // the background thread of the synchronous write mechanism (§3.4)
+  // A hot-table slot locked (opmap) for a write: its metadata when locked, and whether it
+  // held the key being written (an in-place update keeps its hotmap bit).
+  struct HotTarget {
+    Level* level;
+    uint64_t idx;
+    uint16_t meta;
+    bool same_key;
+  };
+  // A prepared hot-table put: the new copy (value word) and the locked target slots. The
+  // first target receives the copy; the others (further copies of the key) are dropped.
+  struct HotWrite {
+    uint64_t vw = 0;
+    HotTarget t[3 * kSlots];
+    int n = 0;
+    bool evicts = false;
+  };
+  // The hot-table half of one write (§3.4), on the writer's stack.
+  struct HotJob {
+    int op = 0;  // 0 none, kHotPut, kHotRemove
+    const LevelSet* set = nullptr;
+    Hashed k{};
+    std::string_view key, value;
+    HotWrite w;
+    bool ran = false;  // prepared (put) or done (remove)
+    Partner* partner = nullptr;
+  };
   class StripeLock;
 
   static Status parse_config(const common::Params& runtime, Config* cfg);
@@ -162,8 +197,12 @@ class Hdnh final : public Scheme {
   uint64_t hot_bucket(const Level& l, const Hashed& k) const;
   Level* make_level(uint64_t off, uint64_t segments);
   void publish_levels(std::initializer_list<Level*> lv);
-  std::atomic<uint32_t>& stripe(uint64_t h) const { return stripes_[h & (kStripes - 1)]; }
-  ThreadStats& stats() const { return tstats_[threads_.id()]; }
+  std::atomic<uint32_t>& stripe(uint64_t h) const {
+    return stripes_[h & (kStripes - 1)];
+  }
+  ThreadStats& stats() const {
+    return tstats_[threads_.id()];
+  }
 
   // Lookup through the OCF (§3.5 steps 2-3): false if absent. Takes no lock.
   bool find(const LevelSet& set, const Hashed& k, std::string_view key, Loc* loc,
@@ -180,13 +219,23 @@ class Hdnh final : public Scheme {
 
   // Hot table (§3.3).
   bool hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value);
-  void hot_put(const LevelSet& set, const Hashed& k, std::string_view key, std::string_view value);
+  // A put in two steps: prepare (make the copy, lock the target slots; nothing visible),
+  // publish (after the PM commit).
+  void hot_prepare(const LevelSet& set, const Hashed& k, std::string_view key,
+                   std::string_view value, HotWrite* w);
+  void hot_publish(const Hashed& k, HotWrite& w);
   void hot_remove(const LevelSet& set, const Hashed& k, std::string_view key);
+  void hot_fill(const LevelSet& set, const Hashed& k, std::string_view key);
   void hot_release(uint64_t value_word);
   bool hot_matches(uint64_t kw, uint64_t vw, const Hashed& k, std::string_view key) const;
-  void hot_job(int op, const LevelSet& set, const Hashed& k, std::string_view key,
-               std::string_view value);
-  void hot_wait();
+  // Synchronous write (§3.4): begin hands the job to the partner (background) while this
+  // thread writes PM; finish, after the PM commit, waits for it (or runs it, inline) and
+  // publishes a put.
+  void hot_begin(HotJob* j, int op, const LevelSet& set, const Hashed& k, std::string_view key,
+                 std::string_view value);
+  void hot_finish(HotJob* j);
+  void run_hot_job(HotJob* j);
+  void run_partner(Partner* p);  // the partner thread's task
   Partner* partner();
 
   // Resizing (§2.2, §3.7).
@@ -218,7 +267,7 @@ class Hdnh final : public Scheme {
   std::atomic<uint64_t> clock_{0};  // LRU stamps
   std::atomic<uint64_t> resizes_{0}, rehashed_{0}, hot_evictions_{0};
   std::atomic<bool> resize_blocked_{false};
-  std::mutex partners_mu_;
+  std::mutex partners_mu_;  // creation and stop()
   std::unique_ptr<std::unique_ptr<Partner>[]> partners_;
   int64_t base_items_ = 0;  // records found by rebuild_dram()
   double recovery_ms_ = 0;
