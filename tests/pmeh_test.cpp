@@ -253,9 +253,10 @@ static std::vector<uint64_t> keys_with_prefix(bool fixed, int bits, size_t n) {
 // expand and free it before the zone fill dereferenced it (a segfault in 1-5 of 8 runs).
 // Many threads, tiny segments and 2-splits make expansions and frees constant.
 TEST_P(PmehTest, ConcurrentInsertsWhileOldDirectoriesAreFreed) {
-  const int threads = 8, per = fixed() ? 20000 : 8000;
+  if (!fixed()) GTEST_SKIP() << "the race is in the directories, the same in both formats";
+  const int threads = 16, per = 10000;
   for (std::string zones : {"64", "1"}) {
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < 4; ++round) {
       SCOPED_TRACE("zones " + zones + " round " + std::to_string(round));
       TempPool p;
       std::unique_ptr<Index> idx;
