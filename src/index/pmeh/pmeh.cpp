@@ -796,7 +796,7 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
   uint32_t z = zone_of(k.h);
   bool local = is_local(z);
   ThreadStats& ts = tstats_[threads_.id()];
-  for (;;) {
+  for (int empty = 0;;) {
     ZoneMode zm = enter(z, local);
     pm::Epochs::Guard guard(epochs_, threads_.id());
     uint64_t so;
@@ -804,8 +804,9 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       ZoneLock zl(zones_[z].lock, zm == ZoneMode::kShared);
       so = zone_segment(z, k.h);
     }
-    if (so == 0) {
+    if (so == 0) {  // only a damaged pool: the zone's fill found no older entry
       exit(z, zm);
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
       continue;
     }
     SegmentHeader* s = segment(so);
