@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "index_impl.hpp"
@@ -236,6 +238,266 @@ TEST_P(PmehTest, SkewedWritersShareAZone) {
   EXPECT_GT(cn["segment_splits"], 0);
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
+}
+
+// Keys i = 0, 1, ... whose hash's top `bits` bits are zero (all in zone 0; a long shared
+// prefix makes the directory deepen quickly).
+static std::vector<uint64_t> keys_with_prefix(bool fixed, int bits, size_t n) {
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; ids.size() < n; ++i)
+    if ((common::Items::hash(make_key(i, fixed)) >> (64 - bits)) == 0) ids.push_back(i);
+  return ids;
+}
+
+// Issue 5: put() read the latest directory outside its zone; other threads could fill,
+// expand and free it before the zone fill dereferenced it (a segfault in 1-5 of 8 runs).
+// Many threads, tiny segments and 2-splits make expansions and frees constant.
+TEST_P(PmehTest, ConcurrentInsertsWhileOldDirectoriesAreFreed) {
+  if (!fixed()) GTEST_SKIP() << "the race is in the directories, the same in both formats";
+  const int threads = 16, per = 10000;
+  for (std::string zones : {"64", "1"}) {
+    for (int round = 0; round < 4; ++round) {
+      SCOPED_TRACE("zones " + zones + " round " + std::to_string(round));
+      TempPool p;
+      std::unique_ptr<Index> idx;
+      Options o = options({{"segment_bytes", "2048"}, {"split", "2"}, {"zones", zones}});
+      o.pool_size = 256u << 20;
+      ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+      std::atomic<int> errors{0};
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          for (int i = 0; i < per; ++i) {
+            uint64_t id = uint64_t(t) * per + i;
+            if (!idx->insert(key(id), value(id)).ok()) errors++;
+          }
+        });
+      for (auto& t : ts) t.join();
+      ASSERT_EQ(errors.load(), 0);
+      EXPECT_GT(counters(*idx)["dir_expansions"], 3);
+      EXPECT_EQ(idx->size(), uint64_t(threads) * per);
+      std::string got;
+      for (uint64_t id = 0; id < uint64_t(threads) * per; ++id) {
+        ASSERT_TRUE(idx->get(key(id), &got).ok()) << id;
+        ASSERT_EQ(got, value(id));
+      }
+      std::string report;
+      EXPECT_TRUE(idx->impl()->check(&report)) << report;
+    }
+  }
+}
+
+// Issue 6: a crash inside a displacement (the record copied to the next bucket, not yet
+// deleted from its own) leaves it in two buckets until the lazy recovery visits the
+// segment. size() and for_each() (pmhash export) are exact before that, and check()
+// reports without writing: the pool bytes and size() are the same after it.
+TEST_P(PmehTest, DisplacedDuplicateAfterACrashIsCountedOnceAndCheckWritesNothing) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  Options o = options({{"segment_bytes", "2048"}, {"split", "2"}, {"zones", "1"}, {"depth", "0"}});
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  const int n = 20;
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+  ASSERT_EQ(counters(*idx)["segment_splits"], 0);
+  {  // the displacement's first half: b's own record copied into b+1 as a borrowed one
+    pm::Pool& pool = *idx->impl()->pool;
+    auto* root = pool.ptr<pmeh::Root>(pool.root());
+    auto* d = pool.ptr<pmeh::Directory>(root->dirs[root->latest_dir % pmeh::kMaxDirs]);
+    auto* bs = reinterpret_cast<pmeh::Bucket*>(pool.ptr<pmeh::SegmentHeader>(d->entries[0]) + 1);
+    const int nb = 2048 / 256 - 1 - pmeh::kStash;
+    bool done = false;
+    for (int b = 0; b + 1 < nb && !done; ++b) {
+      uint64_t w = bs[b].word0, w1 = bs[b + 1].word0;
+      uint32_t own = pmeh::word::alloc(w) & ~pmeh::word::member(w);
+      uint32_t a1 = pmeh::word::alloc(w1);
+      if (own == 0 || a1 == (1u << pmeh::kBucketSlots) - 1) continue;
+      int j = std::countr_zero(own), t = std::countr_one(a1);
+      bs[b + 1].slots[t] = bs[b].slots[j];
+      bs[b + 1].fp[t] = bs[b].fp[j];
+      bs[b + 1].word0 = pmeh::word::make(pmeh::word::version(w1), a1 | (1u << t),
+                                         pmeh::word::member(w1) | (1u << t));
+      done = true;
+    }
+    ASSERT_TRUE(done);
+  }
+  idx->impl()->closed = true;  // a crash: no clean close
+  idx.reset();
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  EXPECT_EQ(idx->size(), uint64_t(n));
+  std::set<std::string> seen;
+  uint64_t visits = 0;
+  idx->impl()->scheme->for_each([&](const common::Slot& sl) {
+    ++visits;
+    seen.insert(idx->impl()->items->slot_key_bytes(sl));
+  });
+  EXPECT_EQ(visits, uint64_t(n));
+  EXPECT_EQ(seen.size(), size_t(n));
+  std::vector<char> before = read_file(p.path);  // /dev/shm: the mapping's bytes
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
+  EXPECT_TRUE(read_file(p.path) == before) << "check() wrote to the pool";
+  EXPECT_EQ(idx->size(), uint64_t(n));
+  // The first access recovers the segment (the copy goes); everything is still there once.
+  std::string got;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(idx->get(key(i), &got).ok()) << i;
+    EXPECT_EQ(got, value(i));
+  }
+  EXPECT_FALSE(read_file(p.path) == before) << "the lazy recovery did not run";
+  EXPECT_EQ(idx->size(), uint64_t(n));
+  report.clear();
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
+}
+
+// Issue 7: the 12-entry directory array is a ring; a directory's entry is reused once it is
+// freed, so growth is bounded by the pool only. Keys with a long shared hash prefix deepen
+// the directory at almost every split. With zones 1..3 idle (all keys in zone 0), the older
+// directories are freed only because an expansion that finds the ring full fills every
+// zone first. The latest directory is found again after a clean reopen and after a crash.
+TEST_P(PmehTest, DirectoryArrayIsReusedPastTwelveDirectories) {
+  const std::vector<uint64_t> ids = keys_with_prefix(fixed(), 10, 8000);
+  for (std::string zones : {"1", "4"}) {
+    SCOPED_TRACE("zones " + zones);
+    TempPool p;
+    std::unique_ptr<Index> idx;
+    Options o = options({{"segment_bytes", "2048"},
+                         {"split", "2"},
+                         {"zones", zones},
+                         {"depth", zones == "1" ? "0" : "2"}});
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    for (uint64_t id : ids) ASSERT_TRUE(idx->insert(key(id), value(id)).ok()) << id;
+    auto cn = counters(*idx);
+    EXPECT_GT(cn["dir_expansions"], pmeh::kMaxDirs + 1);
+    // Zones 1..3 idle: only the expansions that found the array full freed directories.
+    if (zones == "4") {
+      EXPECT_GT(cn["dir_array_full_fills"], 0);
+    } else {
+      EXPECT_EQ(cn["dir_array_full_fills"], 0);
+    }
+    for (int pass = 0; pass < 3; ++pass) {
+      EXPECT_EQ(idx->size(), ids.size());
+      std::string got;
+      for (uint64_t id : ids) {
+        ASSERT_TRUE(idx->get(key(id), &got).ok()) << id;
+        ASSERT_EQ(got, value(id));
+      }
+      std::string report;
+      EXPECT_TRUE(idx->impl()->check(&report)) << report;
+      if (pass == 0) {
+        ASSERT_TRUE(idx->close().ok());
+      } else if (pass == 1) {
+        idx->impl()->closed = true;  // a crash
+      }
+      idx.reset();
+      if (pass < 2) {
+        ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+      }
+    }
+  }
+}
+
+// Issue 8 (Dash semantics): a split that moves a stashed record out clears its overflow
+// fingerprint (or count) in its home bucket; none is left pointing at nothing.
+TEST_P(PmehTest, SplitsLeaveNoStaleOverflowMetadata) {
+  for (std::string split : {"2", "16"}) {
+    SCOPED_TRACE("split " + split);
+    TempPool p;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(
+        Index::open(
+            p.path,
+            options({{"segment_bytes", "2048"}, {"split", split}, {"zones", "1"}, {"depth", "0"}}),
+            &idx)
+            .ok());
+    for (int i = 0; i < 30000; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+    for (int i = 0; i < 30000; i += 3) ASSERT_TRUE(idx->remove(key(i)).ok());
+    auto cn = counters(*idx);
+    EXPECT_GT(cn["stashed"], 100);
+    EXPECT_GT(cn["segment_splits"], 100);
+    auto* pm = dynamic_cast<pmeh::Pmeh*>(idx->impl()->scheme.get());
+    ASSERT_NE(pm, nullptr);
+    EXPECT_EQ(pm->stale_overflow_entries(), 0u);
+    std::string report;
+    EXPECT_TRUE(idx->impl()->check(&report)) << report;
+  }
+}
+
+// More threads than cores with the default options and a matrix of the others: inserts,
+// reads and deletes at once, on keys routed to the writer's zones (the paper's setup) and
+// on random keys; then every key is checked and check() passes.
+TEST_P(PmehTest, EightThreadsDefaultsAndMatrix) {
+  const int threads = 8, per = 3000;
+  const std::vector<std::map<std::string, std::string>> configs = {
+      {},
+      {{"segment_bytes", "2048"}, {"split", "2"}, {"zones", "4"}},
+      {{"segment_bytes", "2048"}, {"split", "4"}, {"zones", "16"}},
+      {{"segment_bytes", "2048"}, {"split", "16"}, {"zones", "64"}},
+  };
+  for (const auto& params : configs) {
+    for (bool routed : {false, true}) {
+      SCOPED_TRACE(std::string(routed ? "routed" : "random") + " keys, " +
+                   std::to_string(params.size()) + " params, zones " +
+                   (params.count("zones") ? params.at("zones") : "64"));
+      TempPool p;
+      std::unique_ptr<Index> idx;
+      Options o = options(params);
+      o.pool_size = 256u << 20;
+      ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+      uint32_t zone_bits = std::countr_zero(
+          uint32_t(std::stoul(params.count("zones") ? params.at("zones") : std::string("64"))));
+      unsigned zone_threads = std::max(1u, std::thread::hardware_concurrency());
+      // Each thread's keys: ids t, t + threads, ... (random), or, routed, ids whose zone is
+      // bound to the thread's id (threads with no zone of their own share those of id % zt).
+      std::vector<std::vector<uint64_t>> mine(threads);
+      std::atomic<int> errors{0}, ready{0};
+      auto worker = [&](int t) {
+        std::string got;
+        (void)idx->get(key(0), &got);  // takes a thread id
+        unsigned tid = idx->impl()->threads->id();
+        std::vector<uint64_t>& ids = mine[t];
+        for (uint64_t i = t; ids.size() < size_t(per); i += threads) {
+          uint64_t z = zone_bits ? common::Items::hash(key(i)) >> (64 - zone_bits) : 0;
+          if (!routed || z % zone_threads == tid % zone_threads) ids.push_back(i);
+          if (routed && i > 1000000) break;
+        }
+        ready++;
+        while (ready.load() < threads) std::this_thread::yield();
+        std::mt19937_64 rng(t);
+        for (size_t j = 0; j < ids.size(); ++j) {
+          if (!idx->insert(key(ids[j]), value(ids[j])).ok()) errors++;
+          size_t r = rng() % (j + 1);  // an own key: present unless deleted (every third)
+          Status s = idx->get(key(ids[r]), &got);
+          bool gone = r % 3 == 0 && r + 3 < j;  // removed at step r + 3
+          if (gone ? s.code() != Code::kNotFound : !s.ok() || got != value(ids[r])) errors++;
+          if (j % 3 == 0 && j > 0 && !idx->remove(key(ids[j - 3])).ok()) errors++;
+          uint64_t other = rng() % (uint64_t(threads) * per * 2);  // anyone's: never torn
+          s = idx->get(key(other), &got);
+          if (s.ok() ? got != value(other) : s.code() != Code::kNotFound) errors++;
+        }
+      };
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t) ts.emplace_back(worker, t);
+      for (auto& t : ts) t.join();
+      EXPECT_EQ(errors.load(), 0);
+      uint64_t expect = 0;
+      std::string got;
+      for (int t = 0; t < threads; ++t)
+        for (size_t j = 0; j < mine[t].size(); ++j) {
+          bool gone = j % 3 == 0 && j + 3 < mine[t].size();
+          Status s = idx->get(key(mine[t][j]), &got);
+          if (gone) {
+            EXPECT_EQ(s.code(), Code::kNotFound) << t << " " << j;
+          } else {
+            ++expect;
+            ASSERT_TRUE(s.ok()) << t << " " << j;
+            ASSERT_EQ(got, value(mine[t][j]));
+          }
+        }
+      EXPECT_EQ(idx->size(), expect);
+      std::string report;
+      EXPECT_TRUE(idx->impl()->check(&report)) << report;
+    }
+  }
 }
 
 TEST_P(PmehTest, RejectsBadOptions) {

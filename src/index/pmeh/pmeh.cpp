@@ -36,6 +36,7 @@ inline uint32_t zcount(uint32_t w) {
 }
 
 constexpr uint64_t kRecovering = uint64_t{1} << 63;
+constexpr uint64_t kNoExpansion = ~uint64_t{0};
 
 void spin_lock(std::atomic<uint32_t>& l) {
   for (int spins = 0;; ++spins) {
@@ -142,6 +143,7 @@ Status Pmeh::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   auto* d = ctx.pool.ptr<Directory>(d0.off);
   d->depth = depth;
   d->zones_updated = zones;
+  d->number = 0;
   for (uint64_t i = 0; i < nseg; ++i) {
     auto* sh = ctx.pool.ptr<SegmentHeader>(segs[i].off);
     sh->meta = seg::make(static_cast<uint32_t>(depth), i, 0);
@@ -168,11 +170,15 @@ Status Pmeh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) 
   if (r == nullptr) return {Code::kCorrupted, "pmeh: root object missing or damaged"};
   uint64_t zones = uint64_t{1} << std::min<uint64_t>(r->zone_bits, 12);
   if (r->segment_bytes < 2048 || !std::has_single_bit(r->segment_bytes) || r->split_shift == 0 ||
-      r->split_shift > 4 || r->zone_bits > 12 || r->latest_dir >= kMaxDirs ||
+      r->split_shift > 4 || r->zone_bits > 12 ||
       ctx.alloc.block_size(r->split_log) < zones * sizeof(SplitRecord) ||
-      ctx.alloc.block_size(r->dirs[r->latest_dir]) < sizeof(Directory))
+      ctx.alloc.block_size(r->dirs[r->latest_dir % kMaxDirs]) < sizeof(Directory))
     return {Code::kCorrupted, "pmeh: directories or metadata missing or damaged"};
-  for (uint64_t j = 0; j <= r->latest_dir; ++j) {
+  // Recovery finds the latest directory through its number (the ring position).
+  uint64_t num = ctx.pool.ptr<Directory>(r->dirs[r->latest_dir % kMaxDirs])->number;
+  if (num != r->latest_dir && !(num == 0 && r->latest_dir < kMaxDirs))
+    return {Code::kCorrupted, "pmeh: the latest directory's number does not match"};
+  for (uint64_t j = 0; j < kMaxDirs; ++j) {
     if (r->dirs[j] == 0) continue;
     const auto* d = ctx.pool.ptr<Directory>(r->dirs[j]);
     if (d->depth > 40 || ctx.alloc.block_size(r->dirs[j]) < sizeof(Directory) + (8ull << d->depth))
@@ -201,9 +207,15 @@ inline uint64_t entry_of(uint64_t h, uint64_t depth) {
 }
 }  // namespace
 
-Directory* Pmeh::dir(uint64_t i) const {
-  uint64_t off = load_word(root_->dirs[i]);
-  return off ? pool_.ptr<Directory>(off) : nullptr;
+// Directory number n lives in array entry n % kMaxDirs until it is freed and the entry
+// reused; its number tells which one is there. Pools written before the ring left number 0
+// in every directory, each at the index of its number (all below kMaxDirs).
+Directory* Pmeh::dir(uint64_t n) const {
+  uint64_t off = load_word(root_->dirs[n % kMaxDirs]);
+  if (off == 0) return nullptr;
+  auto* d = pool_.ptr<Directory>(off);
+  uint64_t num = load_word(d->number);
+  return num == n || (num == 0 && n < kMaxDirs) ? d : nullptr;
 }
 
 // A segment of local depth L covers the keys with its L-bit prefix whose child (the next
@@ -216,9 +228,11 @@ bool Pmeh::covers(uint64_t meta, uint64_t h) const {
 }
 
 // Algorithm 5's walk: the latest directory's entry, else the newest older one that has it.
+// Lock-free callers hold a Guard: a directory freed meanwhile stays readable, and one whose
+// array entry was reused is skipped (its number differs).
 uint64_t Pmeh::find_segment(uint64_t h, bool* from_latest) const {
   uint64_t k = latest_.load(std::memory_order_acquire);
-  for (uint64_t j = k + 1; j-- > 0;) {
+  for (uint64_t j = k + 1; j-- > oldest_possible(k);) {
     const Directory* d = dir(j);
     if (d == nullptr) continue;
     uint64_t e = load_word(d->entries[entry_of(h, d->depth)]);
@@ -228,6 +242,20 @@ uint64_t Pmeh::find_segment(uint64_t h, bool* from_latest) const {
     }
   }
   return 0;
+}
+
+// The latest directory's segment for h, the zone's entries filled first if empty
+// (Algorithms 4 and 6). The caller is inside zone z — alone (exclusive) or holding the zone
+// lock (shared) — and holds a Guard. Then the directory read here cannot be freed before
+// the caller leaves the zone: freeing it needs a newer directory with every zone filled,
+// zone z included, and only a thread in zone z fills zone z.
+uint64_t Pmeh::zone_segment(uint32_t z, uint64_t h) {
+  uint64_t kd = latest_.load(std::memory_order_acquire);
+  Directory* d = dir(kd);
+  if (d == nullptr) return 0;  // not reachable (see above); the caller retries
+  uint64_t e = entry_of(h, d->depth);
+  if (load_word(d->entries[e]) == 0) update_zone_entries(z, kd);
+  return load_word(d->entries[e]);
 }
 
 // ---- zones (§III-B1, §III-D) ----
@@ -356,8 +384,10 @@ void Pmeh::unlock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m) {
   unlock_bucket(bs[b]);
 }
 
-// §III-F case 5: the first access to a segment after an open resets its bucket locks (and
-// removes a record a crash during displacement left in two buckets).
+// §III-F case 5: the first access to a segment after an open resets its bucket locks,
+// removes a record a crash during displacement left in two buckets, and clears overflow
+// metadata a crash left pointing at nothing. Until then, size(), for_each() and check()
+// apply the same rules without writing (live_alloc, stale_overflow).
 void Pmeh::ensure_recovered(SegmentHeader* s) {
   std::atomic_ref<uint64_t> g(s->lock_gen);
   uint64_t v = g.load(std::memory_order_acquire);
@@ -365,26 +395,124 @@ void Pmeh::ensure_recovered(SegmentHeader* s) {
   if (v != (gen_ | kRecovering) && g.compare_exchange_strong(v, gen_ | kRecovering)) {
     Bucket* bs = buckets(s);
     const pm::Persister& p = pool_.persister();
-    std::unordered_set<std::string> seen;
+    std::vector<uint32_t> keep = kept_alloc(s);
     for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
       uint64_t w = load_word(bs[i].word0);
-      uint32_t a = word::alloc(w), mb = word::member(w);
-      for (uint32_t bits = a; bits; bits &= bits - 1) {
-        int j = std::countr_zero(bits);
-        std::string pair(reinterpret_cast<const char*>(&bs[i].slots[j]), sizeof(Slot));
-        if (!seen.insert(pair).second) a &= ~(1u << j), mb &= ~(1u << j);
-      }
-      uint64_t nw = with_bits(w & ~word::kLock, a, mb);
+      uint64_t nw = with_bits(w & ~word::kLock, keep[i], word::member(w) & keep[i]);
       if (nw != w) {
         store_word(bs[i].word0, nw);
         p.flush(&bs[i].word0, 8);
       }
     }
     p.fence();
+    trim_overflow(s);
     g.store(gen_, std::memory_order_release);
     return;
   }
   while (g.load(std::memory_order_acquire) != gen_) cpu_relax();
+}
+
+bool Pmeh::recovered(const SegmentHeader* s) const {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(s->lock_gen))
+             .load(std::memory_order_acquire) == gen_;
+}
+
+// The allocation bits of every bucket without the later copy of a record a crash inside a
+// displacement (copy, then delete) left in two buckets: the first copy in bucket order is
+// kept. Only an unrecovered segment can hold such a copy (identical key and value words:
+// keys are unique, so nothing else can).
+std::vector<uint32_t> Pmeh::kept_alloc(SegmentHeader* s) const {
+  Bucket* bs = buckets(s);
+  std::vector<uint32_t> keep(nbuckets_ + kStash);
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
+    uint32_t a = word::alloc(load_word(bs[i].word0));
+    for (uint32_t bits = a; bits; bits &= bits - 1) {
+      const Slot& sl = bs[i].slots[std::countr_zero(bits)];
+      if (!seen.insert({load_word(sl.key), load_word(sl.value)}).second)
+        a &= ~(1u << std::countr_zero(bits));
+    }
+    keep[i] = a;
+  }
+  return keep;
+}
+
+// The records of a segment as users see them: with the displacement rule applied if the
+// lazy recovery has not visited the segment yet.
+std::vector<uint32_t> Pmeh::live_alloc(SegmentHeader* s) const {
+  if (!recovered(s)) return kept_alloc(s);
+  std::vector<uint32_t> a(nbuckets_ + kStash);
+  Bucket* bs = buckets(s);
+  for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) a[i] = word::alloc(load_word(bs[i].word0));
+  return a;
+}
+
+// Overflow metadata (Dash) that points at no stashed record. Per home bucket b, the overflow
+// fingerprints (b's own, and b+1's with the membership bit) are matched with b's stashed
+// records by (fingerprint, stash bucket); a fingerprint left over is stale, and so is an
+// overflow count above the records left without one. Records moved out by a split, a crash
+// between a fingerprint and its record, or between a delete and its fingerprint, leave them.
+std::vector<Pmeh::StaleOverflow> Pmeh::stale_overflow(SegmentHeader* s) const {
+  Bucket* bs = buckets(s);
+  struct Rec {
+    uint64_t home;
+    uint8_t fp, st;
+    bool matched;
+  };
+  std::vector<Rec> recs;
+  std::vector<uint8_t> homed(nbuckets_);
+  for (int st = 0; st < kStash; ++st) {
+    Bucket& sb = bs[nbuckets_ + st];
+    for (uint32_t a = word::alloc(load_word(sb.word0)); a; a &= a - 1) {
+      uint64_t h = items_.slot_hash(load_word(sb.slots[std::countr_zero(a)].key));
+      recs.push_back(
+          {bucket_of(h), static_cast<uint8_t>(h >> 32), static_cast<uint8_t>(st), false});
+      homed[recs.back().home] = 1;
+    }
+  }
+  std::vector<StaleOverflow> out;
+  for (uint64_t b = 0; b < nbuckets_; ++b) {
+    Bucket& b1 = bs[(b + 1) % nbuckets_];
+    if (!homed[b] && (load_byte(bs[b].obits) & 0xF) == 0 && load_byte(bs[b].ocount) == 0 &&
+        (load_byte(b1.obits) & 0xF) == 0)
+      continue;
+    for (int side = 0; side < 2; ++side) {
+      Bucket& ob = side == 0 ? bs[b] : b1;
+      uint8_t bits = load_byte(ob.obits), sts = load_byte(ob.ostash);
+      for (int i = 0; i < kOverflow; ++i) {
+        if (!((bits >> i) & 1) || ((bits >> (4 + i)) & 1) != side) continue;
+        uint8_t fp = load_byte(ob.ofp[i]), st = ((sts >> (2 * i)) & 3) % kStash;
+        auto r = std::find_if(recs.begin(), recs.end(), [&](const Rec& x) {
+          return !x.matched && x.home == b && x.fp == fp && x.st == st;
+        });
+        if (r != recs.end())
+          r->matched = true;
+        else
+          out.push_back({&ob, i, 0});
+      }
+    }
+    auto unmatched = static_cast<uint8_t>(std::count_if(
+        recs.begin(), recs.end(), [&](const Rec& x) { return !x.matched && x.home == b; }));
+    if (load_byte(bs[b].ocount) > unmatched) out.push_back({&bs[b], -1, unmatched});
+  }
+  return out;
+}
+
+// Clears stale overflow metadata (buckets locked, or the segment private to this thread).
+// Only what is left over goes, so every stashed record keeps a fingerprint (or the count)
+// that leads a search to it at every step, and a redo after a crash clears the rest.
+void Pmeh::trim_overflow(SegmentHeader* s) {
+  std::vector<StaleOverflow> stale = stale_overflow(s);
+  if (stale.empty()) return;
+  const pm::Persister& p = pool_.persister();
+  for (const StaleOverflow& x : stale) {
+    if (x.entry >= 0)
+      store_byte(x.b->obits, static_cast<uint8_t>(load_byte(x.b->obits) & ~(1u << x.entry)));
+    else
+      store_byte(x.b->ocount, x.count);
+    p.flush(x.b, pm::kCacheLine);
+  }
+  p.fence();
 }
 
 // Records of bucket `b` with this membership whose fingerprint and key match.
@@ -624,15 +752,19 @@ Status Pmeh::get(std::string_view key, std::string* value) {
   Hashed k = hashed(key);
   unsigned tid = threads_.id();
   pm::Epochs::Guard guard(epochs_, tid);
-  for (int walks = 0;; ++walks) {
+  // `empty` counts consecutive walks that found no segment (only a corrupted pool keeps
+  // doing that); retries after a change under the reader are unbounded, and yield now and
+  // then so that a descheduled writer (more threads than cores) can finish.
+  for (int empty = 0, spins = 0;;) {
     uint64_t so = find_segment(k.h, nullptr);
     if (so == 0) {
       // The zone's entries were filled in the latest directory, and the older ones freed,
       // between this reader's two loads: look again.
-      if (walks > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
       std::this_thread::yield();
       continue;
     }
+    empty = 0;
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t m1 = load_word(s->meta);
@@ -647,6 +779,7 @@ Status Pmeh::get(std::string_view key, std::string* value) {
     bool found = seg_find(s, k, key, &loc, &vw, &retry);
     if (retry || load_word(s->meta) != m1) {
       tstats_[tid].retries.fetch_add(1, std::memory_order_relaxed);
+      if (++spins % 64 == 0) std::this_thread::yield();
       continue;
     }
     if (!found) return {Code::kNotFound, "key not found"};
@@ -663,19 +796,18 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
   uint32_t z = zone_of(k.h);
   bool local = is_local(z);
   ThreadStats& ts = tstats_[threads_.id()];
-  for (;;) {
+  for (int empty = 0;;) {
     ZoneMode zm = enter(z, local);
     pm::Epochs::Guard guard(epochs_, threads_.id());
-    uint64_t kd = latest_.load(std::memory_order_acquire);
-    Directory* d = dir(kd);
-    uint64_t e = entry_of(k.h, d->depth);
-    uint64_t so = load_word(d->entries[e]);
-    if (so == 0) {
-      {
-        ZoneLock zl(zones_[z].lock, zm == ZoneMode::kShared);
-        update_zone_entries(z, kd);
-      }
-      so = load_word(d->entries[e]);
+    uint64_t so;
+    {  // the directory is read inside the zone (see zone_segment); segments are never freed
+      ZoneLock zl(zones_[z].lock, zm == ZoneMode::kShared);
+      so = zone_segment(z, k.h);
+    }
+    if (so == 0) {  // only a damaged pool: the zone's fill found no older entry
+      exit(z, zm);
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
+      continue;
     }
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
@@ -724,8 +856,11 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       return st;
     }
     items_.cancel(item);
-    st = split_or_expand(so, k.h, z, zm);
+    uint64_t expand = kNoExpansion;
+    st = split_or_expand(so, k.h, z, zm, &expand);
     exit(z, zm);
+    // Outside the zone: an expansion may have to enter every zone (fill_every_zone).
+    if (st.ok() && expand != kNoExpansion) st = expand_directory(expand);
     if (!st.ok()) return st;
   }
 }
@@ -735,16 +870,17 @@ Status Pmeh::remove(std::string_view key) {
   uint32_t z = zone_of(k.h);
   bool local = is_local(z);
   ThreadStats& ts = tstats_[threads_.id()];
-  for (int walks = 0;; ++walks) {
+  for (int empty = 0;;) {
     ZoneMode zm = enter(z, local);
     pm::Epochs::Guard guard(epochs_, threads_.id());
     uint64_t so = find_segment(k.h, nullptr);
     if (so == 0) {  // as in get(): a fill and a directory free raced with the walk
       exit(z, zm);
-      if (walks > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment for a key"};
       std::this_thread::yield();
       continue;
     }
+    empty = 0;
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t b = bucket_of(k.h);
@@ -780,13 +916,17 @@ Status Pmeh::remove(std::string_view key) {
 
 // ---- expansion: directories (§III-B2) and multisplit with gradual splitting (§III-E) ----
 
-Status Pmeh::split_or_expand(uint64_t seg_off, uint64_t h, uint32_t z, ZoneMode m) {
+// Inside zone z. A directory expansion is left to the caller (*expand: the directory to
+// expand from), which does it after leaving the zone.
+Status Pmeh::split_or_expand(uint64_t seg_off, uint64_t h, uint32_t z, ZoneMode m,
+                             uint64_t* expand) {
   uint64_t kd;
   uint32_t child = 0;
   {
     ZoneLock zl(zones_[z].lock, m == ZoneMode::kShared);
     kd = latest_.load(std::memory_order_acquire);
-    Directory* d = dir(kd);
+    Directory* d = dir(kd);  // not freed while this thread is in the zone (zone_segment)
+    if (d == nullptr) return Status::Ok();  // retry
     if (load_word(d->entries[entry_of(h, d->depth)]) == 0) update_zone_entries(z, kd);
     if (load_word(d->entries[entry_of(h, d->depth)]) != seg_off) return Status::Ok();  // retry
     uint64_t meta = load_word(segment(seg_off)->meta);
@@ -802,16 +942,55 @@ Status Pmeh::split_or_expand(uint64_t seg_off, uint64_t h, uint32_t z, ZoneMode 
       return split_out(seg_off, kd, child, z, m);
     }
   }
-  return expand_directory(kd);
+  *expand = kd;
+  return Status::Ok();
 }
 
 // Algorithm 2. The new directory (depth + split_shift, entries empty) is published with its
 // allocation in one commit; one thread wins (a DRAM lock instead of the paper's CAS: the
-// losers never allocated, so there is nothing to free).
+// losers never allocated, so there is nothing to free). Its array entry is the one of
+// directory from + 1 - kMaxDirs; if that one still lives (some zone never filled a newer
+// directory), every zone of the latest directory is filled first, which frees it.
 Status Pmeh::expand_directory(uint64_t from) {
-  std::lock_guard<std::mutex> g(dir_mu_);
-  if (latest_.load() != from) return Status::Ok();
-  if (from + 1 >= kMaxDirs) return {Code::kPoolFull, "pmeh: the directory array is full"};
+  for (int attempt = 0;; ++attempt) {
+    {
+      std::lock_guard<std::mutex> g(dir_mu_);
+      if (latest_.load() != from) return Status::Ok();
+      if (load_word(root_->dirs[(from + 1) % kMaxDirs]) == 0) return publish_directory(from);
+    }
+    if (attempt > 0)
+      return {Code::kCorrupted, "pmeh: filling every zone freed no directory array entry"};
+    fill_every_zone(from);
+  }
+}
+
+// Fills every zone's entries of directory k (the latest), entering each zone as a writer
+// would, then frees the older directories (the last fill normally does; this also covers a
+// crash between a fill and its count, or between the count and the free).
+void Pmeh::fill_every_zone(uint64_t k) {
+  uint32_t nz = 1u << zone_bits_;
+  forced_fills_.fetch_add(1, std::memory_order_relaxed);
+  for (uint32_t z = 0; z < nz; ++z) {
+    ZoneMode zm = enter(z, is_local(z));
+    {
+      ZoneLock zl(zones_[z].lock, zm == ZoneMode::kShared);
+      if (latest_.load(std::memory_order_acquire) == k) update_zone_entries(z, k);
+    }
+    exit(z, zm);
+    if (latest_.load(std::memory_order_acquire) != k) return;  // expanded meanwhile
+  }
+  {
+    std::lock_guard<std::mutex> g(dir_mu_);  // directories are freed under it
+    Directory* d = dir(k);
+    if (d == nullptr) return;
+    store_word(d->zones_updated, nz);  // every zone is filled: count them all (idempotent)
+    pool_.persister().persist(&d->zones_updated, 8);
+  }
+  free_old_directories(k);
+}
+
+// The expansion proper (dir_mu_ held, the array entry free).
+Status Pmeh::publish_directory(uint64_t from) {
   Directory* d = dir(from);
   uint64_t depth = d->depth + shift_;
   uint64_t bytes = sizeof(Directory) + (8ull << depth);
@@ -822,12 +1001,13 @@ Status Pmeh::expand_directory(uint64_t from) {
   auto* nd = pool_.ptr<Directory>(r.off);
   std::memset(static_cast<void*>(nd), 0, bytes);
   nd->depth = depth;
+  nd->number = from + 1;
   const pm::Persister& p = pool_.persister();
   p.flush(nd, bytes);
   p.fence();
   pm::Tx tx(alloc_);
   tx.publish(r);
-  tx.store(&root_->dirs[from + 1], r.off);
+  tx.store(&root_->dirs[(from + 1) % kMaxDirs], r.off);
   tx.store(&root_->latest_dir, from + 1);
   tx.commit();
   latest_.store(from + 1, std::memory_order_release);
@@ -836,7 +1016,8 @@ Status Pmeh::expand_directory(uint64_t from) {
 }
 
 // Algorithm 3: the zone's empty entries in directory k point where the newest older
-// directory's entries do. When every zone is done, the older directories are freed.
+// directory's entries do. When every zone is done, the older directories are freed. The
+// caller is inside zone z, and directory k is not older than the latest it read there.
 void Pmeh::update_zone_entries(uint32_t z, uint64_t k) {
   Directory* d = dir(k);
   uint64_t per = uint64_t{1} << (d->depth - zone_bits_);
@@ -845,7 +1026,7 @@ void Pmeh::update_zone_entries(uint32_t z, uint64_t k) {
   const pm::Persister& p = pool_.persister();
   for (uint64_t t = first; t < first + per; ++t) {
     if (d->entries[t] != 0) continue;
-    for (uint64_t j = k; j-- > 0;) {
+    for (uint64_t j = k; j-- > oldest_possible(k);) {
       const Directory* od = dir(j);
       if (od == nullptr) continue;
       uint64_t e = od->entries[t >> (d->depth - od->depth)];
@@ -864,13 +1045,18 @@ void Pmeh::update_zone_entries(uint32_t z, uint64_t k) {
   if (n >= (uint64_t{1} << zone_bits_)) free_old_directories(k);
 }
 
+// Oldest first, so the live directories are always a run of consecutive numbers ending at
+// the latest. Directory k (every zone filled) is already published, so each freed one goes
+// through the allocator's on_free, i.e. Epochs::retire: readers holding a Guard keep it.
 void Pmeh::free_old_directories(uint64_t k) {
   std::lock_guard<std::mutex> g(dir_mu_);
-  for (uint64_t j = 0; j < k; ++j) {
-    if (root_->dirs[j] == 0) continue;
+  for (uint64_t j = oldest_possible(k); j < k; ++j) {
+    if (dir(j) == nullptr) continue;
+    uint64_t* slot = &root_->dirs[j % kMaxDirs];
+    uint64_t off = *slot;
     pm::Tx tx(alloc_);
-    tx.store(&root_->dirs[j], 0);
-    tx.free(root_->dirs[j]);
+    tx.store(slot, 0);
+    tx.free(off);
     tx.commit();
   }
 }
@@ -981,7 +1167,8 @@ void Pmeh::finish_split(uint32_t z) {
   uint32_t child = static_cast<uint32_t>(rec.child);
   uint32_t l = seg::depth(old_meta);
   uint64_t pat = seg::pattern(old_meta);
-  Directory* d = dir(rec.dir);
+  Directory* d = dir(rec.dir);  // not freed: that needs a fill of this zone, after this
+  if (d == nullptr) return;
   // 1. The child's entries point at the new segment.
   uint64_t span = d->depth - l - shift_;
   uint64_t first = ((pat << shift_) | child) << span;
@@ -1012,33 +1199,50 @@ void Pmeh::finish_split(uint32_t z) {
     p.flush(&bs[i].word0, 8);
   }
   p.fence();
+  // 4. The moved stashed records' overflow fingerprints (or counts) leave too (Dash).
+  trim_overflow(s);
   store_word(rec.flag, 0);
   p.persist(&rec.flag, 8);
 }
 
 // ---- introspection ----
 
+// Every segment some live directory points at (segments are never freed; directories are,
+// hence the Guard).
 std::vector<uint64_t> Pmeh::distinct_segments() const {
+  pm::Epochs::Guard guard(epochs_);
   std::set<uint64_t> segs;
   for (uint64_t j = 0; j < kMaxDirs; ++j) {
-    const Directory* d = dir(j);
-    if (d == nullptr) continue;
+    uint64_t off = load_word(root_->dirs[j]);
+    if (off == 0) continue;
+    const auto* d = pool_.ptr<Directory>(off);
     for (uint64_t t = 0; t < (uint64_t{1} << d->depth); ++t)
       if (uint64_t e = load_word(d->entries[t])) segs.insert(e);
   }
   return {segs.begin(), segs.end()};
 }
 
+// Exact right after a crash too: a segment the lazy recovery has not visited yet is read with
+// its rule applied (live_alloc), nothing written.
 uint64_t Pmeh::size() const {
   uint64_t n = 0;
   for (uint64_t so : distinct_segments()) {
     SegmentHeader* s = segment(so);
     uint64_t meta = load_word(s->meta);
     Bucket* bs = buckets(s);
+    std::vector<uint32_t> live = live_alloc(s);
     for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
-      for (uint32_t a = word::alloc(load_word(bs[i].word0)); a; a &= a - 1)
+      for (uint32_t a = live[i]; a; a &= a - 1)
         n += covers(meta, items_.slot_hash(load_word(bs[i].slots[std::countr_zero(a)].key)));
   }
+  return n;
+}
+
+uint64_t Pmeh::stale_overflow_entries() const {
+  uint64_t n = 0;
+  for (uint64_t so : distinct_segments())
+    for (const StaleOverflow& x : stale_overflow(segment(so)))
+      n += x.entry >= 0 ? 1 : load_byte(x.b->ocount) - x.count;
   return n;
 }
 
@@ -1062,12 +1266,15 @@ void Pmeh::counters(std::map<std::string, double>* out) const {
   (*out)["dir_expansions"] = double(expansions_.load());
   (*out)["displacements"] = double(displaced_.load());
   (*out)["stashed"] = double(stashed_.load());
+  (*out)["dir_array_full_fills"] = double(forced_fills_.load());
   (*out)["lock_free_writes"] = double(lf);
   (*out)["locked_writes"] = double(lk);
   (*out)["lock_free_share"] = lf + lk ? double(lf) / double(lf + lk) : 0.0;
   (*out)["read_retries"] = double(rt);
   (*out)["segments"] = double(distinct_segments().size());
-  (*out)["global_depth"] = double(dir(latest_.load())->depth);
+  pm::Epochs::Guard guard(epochs_);
+  const Directory* d = dir(latest_.load());
+  (*out)["global_depth"] = d ? double(d->depth) : 0.0;
 }
 
 bool Pmeh::check(std::string* report) const {
@@ -1076,15 +1283,30 @@ bool Pmeh::check(std::string* report) const {
     ok = false;
     *report += "pmeh: " + what + "\n";
   };
-  auto* self = const_cast<Pmeh*>(this);
+  // It changes nothing: a segment the lazy crash recovery (ensure_recovered) has not visited
+  // yet is judged by that recovery's rules — stale lock bits, a displaced record's second
+  // copy and stale overflow metadata are expected there — without running it.
   std::vector<uint64_t> segs = distinct_segments();
-  for (uint64_t so : segs) self->ensure_recovered(segment(so));
   for (uint32_t z = 0; z < (1u << zone_bits_); ++z)
     if (pool_.ptr<SplitRecord>(root_->split_log)[z].flag != 0) bad("a split left unfinished");
   // Every hash prefix of the latest directory leads (through older directories where the
   // zone's entries are not filled yet) to a segment that covers it. Older directories'
   // entries of filled zones are stale by design and never consulted.
-  const Directory* ld = dir(latest_.load());
+  uint64_t latest = latest_.load();
+  for (uint64_t j = 0; j < kMaxDirs; ++j) {  // the ring: latest_dir and the ones before it
+    if (root_->dirs[j] == 0) continue;
+    uint64_t n = pool_.ptr<Directory>(root_->dirs[j])->number;
+    if (n == 0 && latest < kMaxDirs) n = j;
+    if (n % kMaxDirs != j || n > latest || n < oldest_possible(latest))
+      bad("directory array entry " + std::to_string(j) + " holds directory " + std::to_string(n) +
+          ", not one of the " + std::to_string(kMaxDirs) + " up to the latest (" +
+          std::to_string(latest) + ")");
+  }
+  const Directory* ld = dir(latest);
+  if (ld == nullptr) {
+    bad("the latest directory is missing");
+    return false;
+  }
   for (uint64_t t = 0; t < (uint64_t{1} << ld->depth) && ok; ++t) {
     uint64_t h = ld->depth ? t << (64 - ld->depth) : 0;
     uint64_t so = find_segment(h, nullptr);
@@ -1097,11 +1319,19 @@ bool Pmeh::check(std::string* report) const {
     SegmentHeader* s = segment(so);
     uint64_t meta = s->meta;
     Bucket* bs = buckets(s);
+    bool rec = recovered(s);
+    std::vector<uint32_t> live = live_alloc(s);
+    if (rec) {
+      uint64_t stale = stale_overflow(s).size();
+      if (stale != 0)
+        bad("segment " + std::to_string(so) + ": " + std::to_string(stale) +
+            " overflow fingerprints or counts point at no stashed record");
+    }
     for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
       uint64_t w = bs[i].word0;
-      if (w & word::kLock) bad("a bucket is still locked");
+      if (rec && (w & word::kLock)) bad("a bucket is still locked");
       if ((w >> 60) != uint64_t(std::popcount(word::alloc(w)))) bad("bucket counter is wrong");
-      for (uint32_t a = word::alloc(w); a; a &= a - 1) {
+      for (uint32_t a = live[i]; a; a &= a - 1) {
         int j = std::countr_zero(a);
         const Slot& sl = bs[i].slots[j];
         Hashed k{items_.slot_hash(sl.key), sl.key, 0};
@@ -1120,11 +1350,14 @@ bool Pmeh::check(std::string* report) const {
             continue;
           }
         }
-        // Findable by the search, at this very slot.
+        // Findable by the search, at this very slot (in an unrecovered segment, possibly at
+        // the copy the recovery will drop: the same record).
         Loc loc;
         uint64_t vw;
-        if (!seg_find(s, k, key, &loc, &vw, nullptr) || loc.b != &bs[i] || loc.slot != j)
-          bad(where + ": a record the search does not find there");
+        bool there = seg_find(s, k, key, &loc, &vw, nullptr) &&
+                     (rec ? loc.b == &bs[i] && loc.slot == j
+                          : loc.b->slots[loc.slot].key == sl.key && vw == sl.value);
+        if (!there) bad(where + ": a record the search does not find there");
         if (!keys.insert(key).second) bad(where + ": key stored twice");
       }
     }
@@ -1136,7 +1369,7 @@ void Pmeh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const
   fn(root_off_);
   fn(root_->split_log);
   for (uint64_t j = 0; j < kMaxDirs; ++j)
-    if (root_->dirs[j]) fn(root_->dirs[j]);
+    if (uint64_t off = load_word(root_->dirs[j])) fn(off);
   for (uint64_t so : distinct_segments()) fn(so);
   if (items_.variable()) for_each([&](const Slot& s) { fn(s.value); });
 }
@@ -1146,8 +1379,9 @@ void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
     SegmentHeader* s = segment(so);
     uint64_t meta = s->meta;
     Bucket* bs = buckets(s);
+    std::vector<uint32_t> live = live_alloc(s);  // as in size()
     for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
-      for (uint32_t a = word::alloc(bs[i].word0); a; a &= a - 1) {
+      for (uint32_t a = live[i]; a; a &= a - 1) {
         const Slot& sl = bs[i].slots[std::countr_zero(a)];
         if (covers(meta, items_.slot_hash(sl.key))) fn(sl);
       }

@@ -17,7 +17,9 @@ namespace pmhash::pmeh {
 inline constexpr int kBucketSlots = 14;  // normal records per bucket (Dash)
 inline constexpr int kOverflow = 4;      // overflow fingerprints per bucket
 inline constexpr int kStash = 2;         // stash buckets per segment
-inline constexpr int kMaxDirs = 12;      // the directory array (§III-B2)
+// The directory array (§III-B2): 12 entries, used as a ring. Directory number n (numbers
+// grow forever) lives in entry n % kMaxDirs, which is free again once n - kMaxDirs is freed.
+inline constexpr int kMaxDirs = 12;
 
 // Test-only fault (pm::Pool::mutations): a split publishes its new segment without
 // persisting it first (the crash harness must notice).
@@ -91,12 +93,15 @@ inline uint64_t make(uint32_t depth, uint64_t pattern, uint32_t bitmap) {
 }
 }  // namespace seg
 
-// A directory: depth G, zones whose entries are filled (region_update_num), 2^G entries
-// (segment offsets; 0 = not filled yet: look in an older directory).
+// A directory: depth G, zones whose entries are filled (region_update_num), its number (the
+// ring position it was published at; 0 in pools written before the ring, whose numbers are
+// their array indexes), 2^G entries (segment offsets; 0 = not filled yet: look in an older
+// directory).
 struct Directory {
   uint64_t depth;
   uint64_t zones_updated;
-  uint64_t pad[6];
+  uint64_t number;
+  uint64_t pad[5];
   uint64_t entries[];
 };
 
@@ -115,9 +120,9 @@ struct Root {
   uint64_t segment_bytes;
   uint64_t split_shift;  // x-split: x = 2^split_shift
   uint64_t zone_bits;    // 2^zone_bits zones
-  uint64_t latest_dir;
-  uint64_t open_gen;   // incremented at every open (the crash version of the locks)
-  uint64_t split_log;  // offset of the SplitRecord array (one per zone)
+  uint64_t latest_dir;   // the latest directory's number (array entry latest_dir % kMaxDirs)
+  uint64_t open_gen;     // incremented at every open (the crash version of the locks)
+  uint64_t split_log;    // offset of the SplitRecord array (one per zone)
   uint64_t reserved;
   uint64_t dirs[kMaxDirs];
 };
@@ -142,6 +147,10 @@ class Pmeh final : public Scheme {
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
 
+  // Overflow metadata that points at no stashed record, over every segment (tests; check()
+  // reports it as a problem in segments the lazy crash recovery has already visited).
+  uint64_t stale_overflow_entries() const;
+
  private:
   enum class ZoneMode { kExclusive, kShared };
   struct Hashed {
@@ -164,12 +173,20 @@ class Pmeh final : public Scheme {
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> lock_free{0}, locked{0}, retries{0};
   };
+  // One piece of overflow metadata that points at no stashed record: fingerprint `entry` of
+  // bucket b, or (entry -1) b's overflow count, which should be `count`.
+  struct StaleOverflow {
+    Bucket* b;
+    int entry;
+    uint8_t count;
+  };
 
   Hashed hashed(std::string_view key) const;
   uint32_t zone_of(uint64_t h) const {
     return zone_bits_ ? static_cast<uint32_t>(h >> (64 - zone_bits_)) : 0;
   }
-  Directory* dir(uint64_t i) const;
+  Directory* dir(uint64_t n) const;  // directory number n, or null (freed, or its entry reused)
+  static uint64_t oldest_possible(uint64_t k) { return k >= kMaxDirs - 1 ? k - (kMaxDirs - 1) : 0; }
   SegmentHeader* segment(uint64_t off) const { return pool_.ptr<SegmentHeader>(off); }
   Bucket* buckets(SegmentHeader* s) const { return reinterpret_cast<Bucket*>(s + 1); }
   uint64_t bucket_of(uint64_t h) const {
@@ -177,6 +194,7 @@ class Pmeh final : public Scheme {
   }
   bool covers(uint64_t meta, uint64_t h) const;
   uint64_t find_segment(uint64_t h, bool* from_latest) const;
+  uint64_t zone_segment(uint32_t z, uint64_t h);
 
   ZoneMode enter(uint32_t z, bool local);
   void exit(uint32_t z, ZoneMode m);
@@ -184,6 +202,11 @@ class Pmeh final : public Scheme {
 
   // Buckets (Dash: balanced insert, displacement, stash).
   void ensure_recovered(SegmentHeader* s);
+  bool recovered(const SegmentHeader* s) const;
+  std::vector<uint32_t> kept_alloc(SegmentHeader* s) const;
+  std::vector<uint32_t> live_alloc(SegmentHeader* s) const;
+  std::vector<StaleOverflow> stale_overflow(SegmentHeader* s) const;
+  void trim_overflow(SegmentHeader* s);
   bool lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m);  // b, b+1 and the stash
   void unlock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m);
   static void lock_bucket(Bucket& b, ZoneMode m);
@@ -201,8 +224,10 @@ class Pmeh final : public Scheme {
   bool register_overflow(Bucket* bs, uint64_t b, uint8_t fp, int stash_idx);
 
   // Expansion (§III-B2, §III-E).
-  Status split_or_expand(uint64_t seg_off, uint64_t h, uint32_t z, ZoneMode m);
+  Status split_or_expand(uint64_t seg_off, uint64_t h, uint32_t z, ZoneMode m, uint64_t* expand);
   Status expand_directory(uint64_t from);
+  Status publish_directory(uint64_t from);
+  void fill_every_zone(uint64_t k);
   void update_zone_entries(uint32_t z, uint64_t k);
   Status split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z, ZoneMode m);
   void finish_split(uint32_t z);  // steps after the commit; redone by recovery
@@ -227,6 +252,7 @@ class Pmeh final : public Scheme {
   std::mutex dir_mu_;
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> splits_{0}, moved_{0}, expansions_{0}, displaced_{0}, stashed_{0};
+  std::atomic<uint64_t> forced_fills_{0};  // expansions that found the directory array full
 };
 
 }  // namespace pmhash::pmeh
