@@ -276,6 +276,9 @@ struct MixCase {
   const char* name;
   std::map<std::string, std::string> params;
 };
+void PrintTo(const MixCase& c, std::ostream* os) {  // readable names in ctest -N
+  *os << c.name;
+}
 const MixCase kMixCases[] = {
     {"Defaults", {}},
     {"TinyPabGrowInline",
