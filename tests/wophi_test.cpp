@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <thread>
+
 #include "index_impl.hpp"
 #include "test_util.hpp"
 
@@ -90,6 +93,257 @@ TEST_P(WophiTest, AllocateOnWriteVariant) {
   EXPECT_EQ(c["pab_used"], 0);
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+}
+
+void expect_holds(Index& idx, const Model& m, const std::string& when) {
+  std::string v;
+  uint64_t missing = 0, wrong = 0;
+  for (auto& [k, val] : m.items()) {
+    Status s = idx.get(k, &v);
+    missing += !s.ok();
+    wrong += s.ok() && v != val;
+  }
+  EXPECT_EQ(missing, 0u) << when;
+  EXPECT_EQ(wrong, 0u) << when;
+  EXPECT_EQ(idx.size(), m.size()) << when;
+  std::string report;
+  EXPECT_TRUE(idx.impl()->check(&report)) << when << ": " << report;
+}
+
+// Bug 12: background PAB growth (the default) with two writers must never reassign a
+// joinable std::thread (std::terminate). Several small pools, each filled to the brim.
+TEST_P(WophiTest, BackgroundGrowthWithTwoWriters) {
+  for (int round = 0; round < 6; ++round) {
+    TempPool p;
+    Options o = small_options("wophi", GetParam());
+    o.pool_size = 8u << 20;
+    o.params = {{"buckets", "4096"}, {"pab_buckets", "64"}};
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    std::atomic<uint64_t> stored{0};
+    std::atomic<int> other_errors{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 2; ++t)
+      ts.emplace_back([&, t] {
+        int full = 0;
+        for (uint64_t i = t; full < 200; i += 2) {
+          Status s = idx->insert(key(i), value(i));
+          if (s.ok())
+            stored++;
+          else if (s.code() == Code::kPoolFull)
+            full++;
+          else
+            other_errors++;
+        }
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(other_errors.load(), 0);
+    auto c = counters(*idx);
+    EXPECT_GE(c["pab_grows"], 3) << "round " << round;
+    EXPECT_LE(c["pab_used"], c["pab_capacity"]);
+    EXPECT_EQ(idx->size(), stored.load());
+    std::string report;
+    EXPECT_TRUE(idx->impl()->check(&report)) << report;
+    ASSERT_TRUE(idx->close().ok());
+  }
+}
+
+// Bug 13: when the pool is full, inserts fail with kPoolFull and take nothing: the PAB
+// counter stays within the PAB (also after close and reopen), growth is not retried in the
+// background on every insert, and every stored key survives.
+TEST_P(WophiTest, PoolFullIsCleanAndTheReopenedPoolConsistent) {
+  for (const char* grow : {"background", "inline"}) {
+    TempPool p;
+    Options o = small_options("wophi", GetParam());
+    o.pool_size = 8u << 20;
+    o.params = {{"buckets", "4096"}, {"pab_buckets", "64"}, {"pab_grow", grow}};
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    Model m;
+    uint64_t i = 0, full = 0;
+    for (; full < 3000; ++i) {
+      Status s = idx->insert(key(i), value(i));
+      if (s.ok()) {
+        m.insert(key(i), value(i));
+      } else {
+        ASSERT_EQ(s.code(), Code::kPoolFull) << s.message();
+        ++full;
+      }
+    }
+    auto c = counters(*idx);
+    EXPECT_LE(c["pab_used"], c["pab_capacity"]) << grow;
+    // Inline attempts: at most one per failed insert (no background grower per insert).
+    EXPECT_LE(c["pab_grow_failures"], double(full) + 1) << grow;
+    EXPECT_GE(c["pab_grow_failures"], 1) << grow;
+    expect_holds(*idx, m, std::string(grow) + ": full");
+    ASSERT_TRUE(idx->close().ok());
+    for (const char* reopen : {"inline", "background"}) {
+      idx.reset();
+      o.params["pab_grow"] = reopen;
+      ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+      EXPECT_FALSE(idx->stats().recovered_from_crash);
+      c = counters(*idx);
+      EXPECT_LE(c["pab_used"], c["pab_capacity"]) << grow << " then " << reopen;
+      expect_holds(*idx, m, std::string(grow) + " reopened " + reopen);
+      // Still full: an insert lands in a free slot or fails cleanly.
+      for (int j = 0; j < 200; ++j, ++i) {
+        Status s = idx->insert(key(i), value(i));
+        if (s.ok()) {
+          m.insert(key(i), value(i));
+        } else {
+          EXPECT_EQ(s.code(), Code::kPoolFull) << s.message();
+        }
+      }
+      expect_holds(*idx, m, std::string(grow) + " reopened " + reopen + ", inserted");
+      ASSERT_TRUE(idx->close().ok());
+    }
+  }
+}
+
+// 8 threads (more than the cores): writers and deleters on keys of their own (so a per-key
+// model is exact), readers checking every value they see, and stats() callers.
+void mixed_workload(Index& idx, bool fixed, int ops_per_mutator) {
+  const int mutators = 5, readers = 2, statters = 1, keys_per = 1500;
+  const uint64_t nkeys = uint64_t(mutators) * keys_per;
+  std::vector<Model> models(mutators);
+  std::atomic<int> running{mutators}, mismatches{0}, bad_reads{0}, bad_stats{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < mutators; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(t + 1);
+      Model& m = models[t];
+      bool deleter = t >= 3;  // threads 3 and 4 mostly delete
+      for (int op = 0; op < ops_per_mutator; ++op) {
+        std::string k = make_key(uint64_t(rng() % keys_per) * mutators + t, fixed);
+        std::string v = make_value(k, uint32_t(op), fixed);
+        unsigned r = rng() % 100;
+        Code got, want;
+        if (r < (deleter ? 40u : 45u)) {
+          got = idx.insert(k, v).code(), want = m.insert(k, v);
+        } else if (r < (deleter ? 45u : 65u)) {
+          got = idx.upsert(k, v).code(), want = m.upsert(k, v);
+        } else if (r < (deleter ? 50u : 85u)) {
+          got = idx.update(k, v).code(), want = m.update(k, v);
+        } else {
+          got = idx.remove(k).code(), want = m.remove(k);
+        }
+        if (got != want) mismatches++;
+      }
+      running--;
+    });
+  for (int t = 0; t < readers; ++t)
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      std::string v;
+      while (running.load() > 0) {
+        std::string k = make_key(rng() % nkeys, fixed);
+        Status s = idx.get(k, &v);
+        if (s.ok() ? !value_ok(k, v, fixed) : s.code() != Code::kNotFound) bad_reads++;
+      }
+    });
+  for (int t = 0; t < statters; ++t)
+    ts.emplace_back([&] {
+      while (running.load() > 0) {
+        Stats st = idx.stats();
+        if (st.size > nkeys || st.counters["pab_used"] > st.counters["pab_capacity"]) bad_stats++;
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(mismatches.load(), 0) << "a result differed from the per-key model";
+  EXPECT_EQ(bad_reads.load(), 0);
+  EXPECT_EQ(bad_stats.load(), 0);
+  uint64_t total = 0;
+  std::string v;
+  for (auto& m : models) {
+    total += m.size();
+    for (auto& [k, val] : m.items()) {
+      ASSERT_TRUE(idx.get(k, &v).ok());
+      ASSERT_EQ(v, val);
+    }
+  }
+  for (uint64_t i = 0; i < nkeys; ++i) {
+    std::string k = make_key(i, fixed);
+    if (!models[i % mutators].items().count(k)) {
+      ASSERT_FALSE(idx.get(k, &v).ok());
+    }
+  }
+  EXPECT_EQ(idx.size(), total);
+  std::string report;
+  EXPECT_TRUE(idx.impl()->check(&report)) << report;
+}
+
+struct MixCase {
+  const char* name;
+  std::map<std::string, std::string> params;
+};
+void PrintTo(const MixCase& c, std::ostream* os) {  // readable names in ctest -N
+  *os << c.name;
+}
+const MixCase kMixCases[] = {
+    {"Defaults", {}},
+    {"TinyPabGrowInline",
+     {{"buckets", "16"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "inline"}}},
+    {"TinyPabGrowBackground",
+     {{"buckets", "16"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "background"}}},
+};
+
+class WophiMixed : public ::testing::TestWithParam<std::tuple<MixCase, Format>> {};
+
+TEST_P(WophiMixed, EightThreadsAgainstAPerKeyModel) {
+  auto [mc, format] = GetParam();
+  TempPool p;
+  Options o = small_options("wophi", format);
+  o.params = mc.params;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  mixed_workload(*idx, format == Format::kFixed, 6000);
+  ASSERT_TRUE(idx->close().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, WophiMixed,
+                         ::testing::Combine(::testing::ValuesIn(kMixCases),
+                                            ::testing::Values(Format::kFixed, Format::kVariable)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).name) + "_" +
+                                  format_name(std::get<1>(info.param));
+                         });
+
+// Reopen with other run-time options (PAB growth inline, background; allocate-on-write)
+// with writes in every session: every key is found and check() passes each time.
+TEST_P(WophiTest, ReopenWithOtherOptionsKeepsEveryKey) {
+  TempPool p;
+  Model m;
+  const std::map<std::string, std::string> layout = {
+      {"buckets", "16"}, {"stripe", "2"}, {"pab_buckets", "2"}};
+  const std::map<std::string, std::string> runtime[] = {
+      {{"pab_grow", "inline"}}, {{"pab_grow", "background"}}, {{"pab_grow", "background"}},
+      {{"pab", "off"}},         {{"pab_grow", "inline"}},     {{"pab_grow", "background"}},
+      {{"pab_grow", "inline"}}};
+  uint64_t next = 0;
+  for (int session = 0; session < 7; ++session) {
+    auto params = layout;
+    for (auto& [k, v] : runtime[session]) params[k] = v;
+    Options o = small_options("wophi", GetParam());
+    o.params = params;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    EXPECT_FALSE(idx->stats().recovered_from_crash);
+    std::string when = "session " + std::to_string(session);
+    expect_holds(*idx, m, when);
+    for (int i = 0; i < 800; ++i, ++next) {
+      ASSERT_TRUE(idx->insert(key(next), value(next)).ok());
+      m.insert(key(next), value(next));
+      if (i % 5 == 0) {
+        ASSERT_EQ(idx->remove(key(next / 2)).code(), m.remove(key(next / 2)));
+      }
+    }
+    ASSERT_TRUE(idx->close().ok());
+  }
+  Options o = small_options("wophi", GetParam());
+  o.params = layout;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  expect_holds(*idx, m, "final");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, WophiTest, ::testing::Values(Format::kFixed, Format::kVariable),

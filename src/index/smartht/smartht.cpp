@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -19,10 +20,6 @@ uint64_t pow2_at_least(uint64_t x) {
   uint64_t p = 1;
   while (p < x) p <<= 1;
   return p;
-}
-
-BloomFilter* new_filter(uint64_t capacity) {
-  return new BloomFilter(BloomFilter::bits_for(capacity, kTargetFpr, kHashes), capacity, kHashes);
 }
 }  // namespace
 
@@ -41,22 +38,40 @@ SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
   uint64_t cap = 0;
   ctx.layout.get_u64("filter_keys", 1u << 20, &cap);
   initial_capacity_ = std::max<uint64_t>(cap, 1024);
+  rebuilder_ = std::make_unique<common::Worker>([this] { rebuild_filter(); });
   if (start == Start::kFresh) {
-    filter_.store(new_filter(initial_capacity_));
+    if (use_filter_) filter_.store(make_filter(initial_capacity_));
     counts_valid_ = true;
     return;
   }
-  if (start == Start::kCleanReopen && load_saved_filter()) return;
-  // After a crash (§III-D) the VFL is rebuilt from the PDL in the background; searches
-  // bypass it until it is ready (lazy recovery).
-  start_filter_build(initial_capacity_);
+  bool loaded = start == Start::kCleanReopen && load_saved_filter();
+  // §III-D: "changes the nonCrashed flag to 0 upon successful recovery". From here on the
+  // saved copy can go stale; only a complete save at close() marks it valid again.
+  invalidate_saved_filter();
+  // After a crash, or a close that saved no current filter, the VFL is rebuilt from the
+  // PDL in the background; searches bypass it until it is ready (lazy recovery).
+  if (!loaded) rebuilder_->wake();
 }
 
 SmartHT::~SmartHT() {
-  wait_for_filter();
-  if (rebuilder_.joinable()) rebuilder_.join();
-  delete filter_.load();
-  delete building_.load();
+  rebuilder_->stop();
+  free_filter(*filters_, filter_.load());
+  free_filter(*filters_, building_.load());
+}
+
+BloomFilter* SmartHT::make_filter(uint64_t capacity) {
+  auto* f =
+      new BloomFilter(BloomFilter::bits_for(capacity, kTargetFpr, kHashes), capacity, kHashes);
+  filters_->alive.fetch_add(1, std::memory_order_relaxed);
+  filters_->bytes.fetch_add(f->bytes(), std::memory_order_relaxed);
+  return f;
+}
+
+void SmartHT::free_filter(FilterAccounting& acc, BloomFilter* f) {
+  if (f == nullptr) return;
+  acc.bytes.fetch_sub(f->bytes(), std::memory_order_relaxed);
+  acc.alive.fetch_sub(1, std::memory_order_relaxed);
+  delete f;
 }
 
 Status SmartHT::layout(const Options& o, common::Params* layout) {
@@ -93,7 +108,7 @@ Status SmartHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   const pm::Persister& p = ctx.pool.persister();
   std::memset(ctx.pool.ptr<char>(array.off), 0, heads * sizeof(Bucket));
   p.flush(ctx.pool.ptr<char>(array.off), heads * sizeof(Bucket));
-  *ctx.pool.ptr<Root>(root.off) = Root{kRootMagic, heads, array.off, stripe, 0, {0, 0, 0}};
+  *ctx.pool.ptr<Root>(root.off) = Root{kRootMagic, heads, array.off, stripe, 0, 0, {0, 0}};
   p.flush(ctx.pool.ptr<char>(root.off), sizeof(Root));
   publish_new_root(ctx, {root, array}, root.off);
   *out = std::make_unique<SmartHT>(ctx, root.off, Start::kFresh);
@@ -173,8 +188,12 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
     std::unique_lock<std::shared_mutex> lock(st.lock);
     Bucket* b = nullptr;
     int i = -1;
-    BloomFilter* f = use_filter_ ? filter_.load(std::memory_order_acquire) : nullptr;
-    bool may_exist = f == nullptr || f->may_contain(k.h);  // the lock excludes racing inserts
+    bool may_exist = true;  // the lock excludes racing inserts of the key
+    if (use_filter_) {
+      pm::Epochs::Guard g(epochs_);  // a rebuild may replace and retire the filter
+      BloomFilter* f = filter_.load(std::memory_order_acquire);
+      may_exist = f == nullptr || f->may_contain(k.h);
+    }
     if (may_exist && find(k, key, &b, &i)) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
       // Update: one 8-byte store of the value word (fixed), or a new item swapped in with
@@ -274,11 +293,18 @@ Status SmartHT::remove(std::string_view key) {
 // clearing `building_`, so one of the two loads always returns the new filter.
 void SmartHT::add_to_filters(uint64_t h) {
   if (!use_filter_) return;
+  pm::Epochs::Guard g(epochs_);
   BloomFilter* b = building_.load(std::memory_order_seq_cst);
   BloomFilter* f = filter_.load(std::memory_order_seq_cst);
   if (b != nullptr) b->add(h);
   if (f != nullptr && f != b) f->add(h);
   adds_.fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t SmartHT::live_items() const {
+  uint64_t n = 0;
+  for (uint64_t s = 0; s < nstripes_; ++s) n += stripes_[s].live.load(std::memory_order_relaxed);
+  return n;
 }
 
 uint64_t SmartHT::chain_buckets() const {
@@ -288,62 +314,64 @@ uint64_t SmartHT::chain_buckets() const {
 }
 
 void SmartHT::wait_for_filter() const {
-  while (rebuilding_.load(std::memory_order_acquire))
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  rebuilder_->wait_idle();
 }
 
 // Policy (the paper is silent): when the keys added since the filter was sized (deleted keys
 // leave their bits set, so they count) exceed its capacity, a new filter sized for twice the
 // live keys is built from the PDL in the background; operations go on meanwhile.
-void SmartHT::maybe_resize_filter() {
-  if (!use_filter_) return;
+bool SmartHT::filter_too_small() const {
+  if (!use_filter_) return false;
+  pm::Epochs::Guard g(epochs_);
   BloomFilter* f = filter_.load(std::memory_order_acquire);
-  if (f == nullptr || adds_.load(std::memory_order_relaxed) <= f->capacity()) return;
-  if (rebuilding_.load(std::memory_order_relaxed)) return;
-  uint64_t live = 0;
-  for (uint64_t s = 0; s < nstripes_; ++s) live += stripes_[s].live.load(std::memory_order_relaxed);
-  start_filter_build(std::max(initial_capacity_, live * 2));
+  return f != nullptr && adds_.load(std::memory_order_relaxed) > f->capacity();
 }
 
-void SmartHT::start_filter_build(uint64_t capacity) {
-  if (rebuilding_.exchange(true)) return;
-  if (rebuilder_.joinable()) rebuilder_.join();  // the previous build has finished
-  // Published before the thread starts, so inserts add to it from now on.
-  building_.store(new_filter(capacity), std::memory_order_seq_cst);
-  rebuilder_ = std::thread([this] {
-    for (;;) {
-      BloomFilter* b = building_.load();
-      auto t0 = std::chrono::steady_clock::now();
-      build_filter(b);
-      last_build_ms_.store(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+void SmartHT::maybe_resize_filter() {
+  if (!rebuilder_->busy() && filter_too_small()) rebuilder_->wake();  // wakes coalesce
+}
+
+// The worker's task. A crash recovery (no filter, or stripe counts unknown) always builds;
+// a resize builds while the filter is too small (keys inserted during a build may already
+// exceed the new sizing). The new filter is published before inserts stop adding to it,
+// then the old one is retired: lookups hold an epoch guard.
+void SmartHT::rebuild_filter() {
+  for (;;) {
+    bool recovering = !counts_valid_.load(std::memory_order_acquire) ||
+                      (use_filter_ && filter_.load() == nullptr);
+    if (!recovering && !filter_too_small()) return;
+    uint64_t capacity = initial_capacity_;
+    if (counts_valid_.load(std::memory_order_acquire))
+      capacity = std::max(initial_capacity_, live_items() * 2);
+    BloomFilter* b = use_filter_ ? make_filter(capacity) : nullptr;
+    // Published before the scan, so inserts add to it from now on.
+    building_.store(b, std::memory_order_seq_cst);
+    auto t0 = std::chrono::steady_clock::now();
+    if (!build_filter(b)) return;  // stopped: the destructor frees `building_`
+    last_build_ms_.store(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if (b != nullptr) {
       BloomFilter* old = filter_.exchange(b, std::memory_order_seq_cst);
       building_.store(nullptr, std::memory_order_seq_cst);
-      uint64_t live = 0;
-      for (uint64_t s = 0; s < nstripes_; ++s)
-        live += stripes_[s].live.load(std::memory_order_relaxed);
-      adds_.store(live, std::memory_order_relaxed);
-      counts_valid_.store(true, std::memory_order_release);
-      rebuilds_.fetch_add(1, std::memory_order_relaxed);
-      if (old != nullptr) epochs_.retire([old] { delete old; });  // lock-free readers
-      // Keys inserted while this filter was built may already exceed its sizing: go again.
-      if (!use_filter_ || live <= b->capacity()) break;
-      building_.store(new_filter(std::max(initial_capacity_, live * 2)), std::memory_order_seq_cst);
+      if (old != nullptr) epochs_.retire([acc = filters_, old] { free_filter(*acc, old); });
     }
-    rebuilding_.store(false, std::memory_order_release);
-  });
+    adds_.store(live_items(), std::memory_order_relaxed);
+    counts_valid_.store(true, std::memory_order_release);
+    rebuilds_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 // Scans every chain (token == 1) with all hardware threads (the paper rebuilds with one).
 // Each stripe is scanned under its shared lock, so an insert either lands before the scan
 // of its stripe or after `building_` was published, and the new filter misses nothing.
-void SmartHT::build_filter(BloomFilter* f) {
+// f == nullptr (filter off): only the stripe counts are recomputed.
+bool SmartHT::build_filter(BloomFilter* f) {
   unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> ts;
+  std::vector<std::thread> ts;  // scan helpers, joined below
   for (unsigned t = 0; t < n; ++t) {
     ts.emplace_back([&, t] {
       std::vector<uint64_t> hashes;
-      for (uint64_t s = t; s < nstripes_; s += n) {
+      for (uint64_t s = t; s < nstripes_ && !rebuilder_->stopping(); s += n) {
         Stripe& st = stripes_[s];
         std::shared_lock<std::shared_mutex> lock(st.lock);
         uint64_t my_chains = 0;
@@ -359,7 +387,7 @@ void SmartHT::build_filter(BloomFilter* f) {
             b = bucket_at(b->next);
           }
         }
-        f->add_batch(hashes.data(), hashes.size());
+        if (f != nullptr) f->add_batch(hashes.data(), hashes.size());
         // Inserts change the counts only under the exclusive lock: exact here.
         st.live.store(hashes.size(), std::memory_order_relaxed);
         st.chains.store(my_chains, std::memory_order_relaxed);
@@ -367,11 +395,13 @@ void SmartHT::build_filter(BloomFilter* f) {
     });
   }
   for (auto& t : ts) t.join();
+  return !rebuilder_->stopping();
 }
 
+// The stripe counts always; the filter too unless it is off (then it would go stale).
 bool SmartHT::load_saved_filter() {
   uint64_t off = root_->saved_filter;
-  if (off == 0) return false;
+  if (off == 0 || root_->non_crashed != 1) return false;
   uint64_t avail = alloc_.block_size(off);
   const uint64_t* w = pool_.ptr<uint64_t>(off);
   if (avail < kSavedHeaderWords * 8) return false;
@@ -379,38 +409,52 @@ bool SmartHT::load_saved_filter() {
   if (nbits == 0 || nbits % 64 != 0 || nstripes != nstripes_ ||
       (kSavedHeaderWords + 2 * nstripes + nbits / 64) * 8 > avail)
     return false;
-  auto* f = new BloomFilter(nbits, capacity, kHashes);
   const uint64_t* counts = w + kSavedHeaderWords;
   for (uint64_t s = 0; s < nstripes_; ++s) {
     stripes_[s].live.store(counts[2 * s]);
     stripes_[s].chains.store(counts[2 * s + 1]);
   }
-  const uint64_t* words = counts + 2 * nstripes;
-  for (uint64_t i = 0; i < nbits / 64; ++i) f->set_word(i, words[i]);
-  filter_.store(f, std::memory_order_release);
-  adds_.store(adds);
+  if (use_filter_) {
+    auto* f = new BloomFilter(nbits, capacity, kHashes);
+    filters_->alive.fetch_add(1, std::memory_order_relaxed);
+    filters_->bytes.fetch_add(f->bytes(), std::memory_order_relaxed);
+    const uint64_t* words = counts + 2 * nstripes;
+    for (uint64_t i = 0; i < nbits / 64; ++i) f->set_word(i, words[i]);
+    filter_.store(f, std::memory_order_release);
+    adds_.store(adds);
+  }
   counts_valid_.store(true);
   return true;
 }
 
-// Clean shutdown (§III-D): the VFL goes to a reserved PM area; the pool's clean-shutdown
-// flag (set after this) is the paper's nonCrashed flag.
+void SmartHT::invalidate_saved_filter() {
+  if (root_->non_crashed == 0) return;
+  std::atomic_ref<uint64_t>(root_->non_crashed).store(0);
+  pool_.persister().persist(&root_->non_crashed, 8);
+}
+
+// Clean shutdown (§III-D): the VFL goes to a reserved PM area, then the nonCrashed flag is
+// set. A rebuild in progress is waited for, so the saved filter is complete. With the filter
+// off, or no room for it, nothing is saved and the flag stays 0: the next open rebuilds.
 void SmartHT::close() {
-  wait_for_filter();
-  if (rebuilder_.joinable()) rebuilder_.join();
+  rebuilder_->wait_idle();
+  if (!use_filter_ || !counts_valid_.load()) return;
   BloomFilter* f = filter_.load();
-  if (f == nullptr) return;
-  uint64_t bytes = (kSavedHeaderWords + 2 * nstripes_ + f->nbits() / 64) * 8;
+  if (f != nullptr && building_.load() == nullptr) save_filter(*f);
+}
+
+void SmartHT::save_filter(const BloomFilter& f) {
+  uint64_t bytes = (kSavedHeaderWords + 2 * nstripes_ + f.nbits() / 64) * 8;
   uint64_t off = root_->saved_filter;
   pm::Reservation fresh;
   if (off == 0 || alloc_.block_size(off) < bytes) {
     fresh = alloc_.reserve(bytes);
-    if (!fresh) return;  // no room: the next open rebuilds the filter instead
+    if (!fresh) return;  // no room: the flag stays 0, the next open rebuilds the filter
     off = fresh.off;
   }
   uint64_t* w = pool_.ptr<uint64_t>(off);
-  w[0] = f->nbits();
-  w[1] = f->capacity();
+  w[0] = f.nbits();
+  w[1] = f.capacity();
   w[2] = adds_.load();
   w[3] = nstripes_;
   w[4] = 0;
@@ -419,7 +463,7 @@ void SmartHT::close() {
     w[kSavedHeaderWords + 2 * s + 1] = stripes_[s].chains.load();
   }
   uint64_t* words = w + kSavedHeaderWords + 2 * nstripes_;
-  for (uint64_t i = 0; i < f->nbits() / 64; ++i) words[i] = f->word(i);
+  for (uint64_t i = 0; i < f.nbits() / 64; ++i) words[i] = f.word(i);
   const pm::Persister& p = pool_.persister();
   p.flush(w, bytes);
   p.fence();
@@ -430,6 +474,13 @@ void SmartHT::close() {
     if (root_->saved_filter != 0) tx.free(root_->saved_filter);
     tx.commit();
   }
+  // The copy is complete and persisted, and reachable from the root: now it may be trusted.
+  std::atomic_ref<uint64_t>(root_->non_crashed).store(1);
+  p.persist(&root_->non_crashed, 8);
+}
+
+void SmartHT::stop() {
+  rebuilder_->stop();
 }
 
 // ---- introspection ----
@@ -445,10 +496,9 @@ uint64_t SmartHT::capacity_slots() const {
   return (root_->nheads + chain_buckets()) * kSlots;
 }
 
+// Every filter still in DRAM: current, being built, and retired but not yet freed.
 uint64_t SmartHT::dram_bytes() const {
-  BloomFilter* f = filter_.load();
-  BloomFilter* b = building_.load();
-  return nstripes_ * sizeof(Stripe) + (f ? f->bytes() : 0) + (b ? b->bytes() : 0);
+  return nstripes_ * sizeof(Stripe) + filters_->bytes.load(std::memory_order_relaxed);
 }
 
 void SmartHT::counters(std::map<std::string, double>* out) const {
@@ -458,6 +508,7 @@ void SmartHT::counters(std::map<std::string, double>* out) const {
     fp += tstats_[t].filter_false_positives.load(std::memory_order_relaxed);
     pm += tstats_[t].pm_searches.load(std::memory_order_relaxed);
   }
+  pm::Epochs::Guard g(epochs_);
   BloomFilter* f = filter_.load();
   (*out)["filter_negatives"] = double(neg);
   (*out)["filter_false_positives"] = double(fp);
@@ -468,6 +519,8 @@ void SmartHT::counters(std::map<std::string, double>* out) const {
   (*out)["filter_rebuilds"] = double(rebuilds_.load());
   (*out)["filter_ready"] = f != nullptr ? 1 : 0;
   (*out)["filter_build_ms"] = last_build_ms_.load();
+  (*out)["filters_alive"] = double(filters_->alive.load(std::memory_order_relaxed));
+  (*out)["filter_dram_bytes"] = double(filters_->bytes.load(std::memory_order_relaxed));
 }
 
 bool SmartHT::check(std::string* report) const {
@@ -477,6 +530,7 @@ bool SmartHT::check(std::string* report) const {
     ok = false;
     *report += "smartht: " + what + "\n";
   };
+  pm::Epochs::Guard g(epochs_);
   BloomFilter* f = filter_.load();
   uint64_t live_total = 0, chains = 0;
   for (uint64_t hb = 0; hb < root_->nheads && ok; ++hb) {

@@ -6,9 +6,9 @@
 #include <atomic>
 #include <memory>
 #include <shared_mutex>
-#include <thread>
 
 #include "common/bloom_filter.hpp"
+#include "common/worker.hpp"
 #include "index/scheme.hpp"
 #include "index/smartht/bucket.hpp"
 
@@ -21,7 +21,10 @@ struct Root {
   uint64_t heads;         // offset of the head bucket array
   uint64_t stripe;        // head buckets per lock stripe (256)
   uint64_t saved_filter;  // offset of the VFL saved at the last clean shutdown, or 0
-  uint64_t reserved[3];
+  // §III-D's nonCrashed flag: 1 only while `saved_filter` holds the complete VFL of the last
+  // clean shutdown; set back to 0 (persisted) at every open, before any write.
+  uint64_t non_crashed;
+  uint64_t reserved[2];
 };
 inline constexpr uint64_t kRootMagic = 0x5448'5452'414D'53ull;  // "SMARTHT"
 
@@ -49,6 +52,7 @@ class SmartHT final : public Scheme {
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
   void close() override;
+  void stop() override;
 
   // Waits for a background filter rebuild (recovery or resize) to finish.
   void wait_for_filter() const;
@@ -73,11 +77,22 @@ class SmartHT final : public Scheme {
   Stripe& stripe_of(uint64_t head) const { return stripes_[head / root_->stripe]; }
   // Chain search under the stripe lock: the bucket and slot holding the key, if any.
   bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot) const;
+  // DRAM filters alive (current, being built, retired and not yet freed). Shared with the
+  // epoch callbacks that free retired filters, which may run after the scheme is gone.
+  struct FilterAccounting {
+    std::atomic<uint64_t> alive{0}, bytes{0};
+  };
+  common::BloomFilter* make_filter(uint64_t capacity);
+  static void free_filter(FilterAccounting& acc, common::BloomFilter* f);
   bool load_saved_filter();
+  void invalidate_saved_filter();
+  void save_filter(const common::BloomFilter& f);
   uint64_t chain_buckets() const;
-  void add_to_filters(uint64_t h);             // under the stripe's exclusive lock
-  void start_filter_build(uint64_t capacity);  // background; the VFL is bypassed or kept
-  void build_filter(common::BloomFilter* f);   // scan the PDL, all threads
+  uint64_t live_items() const;
+  void add_to_filters(uint64_t h);  // under the stripe's exclusive lock
+  bool filter_too_small() const;
+  void rebuild_filter();                      // the worker's task: recovery or resize
+  bool build_filter(common::BloomFilter* f);  // scan the PDL, all threads; false if stopped
   void maybe_resize_filter();
   static void bump(std::atomic<uint64_t>& c) {
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -101,10 +116,11 @@ class SmartHT final : public Scheme {
   std::atomic<uint64_t> adds_{0};  // keys added to the current filter (deleted ones stay set)
   std::atomic<uint64_t> rebuilds_{0};
   std::atomic<double> last_build_ms_{0};
-  std::atomic<bool> rebuilding_{false};
   std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
-  std::thread rebuilder_;
+  std::shared_ptr<FilterAccounting> filters_{std::make_shared<FilterAccounting>()};
   std::unique_ptr<ThreadStats[]> tstats_;
+  // Filter builds (crash recovery, resizing) run here; stopped by stop() or the destructor.
+  std::unique_ptr<common::Worker> rebuilder_;
 };
 
 }  // namespace pmhash::smartht

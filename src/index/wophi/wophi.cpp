@@ -26,12 +26,20 @@ Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
       use_pab_(ctx.runtime.get_bool("pab", true)),
       grow_in_background_(ctx.runtime.get("pab_grow", "background") == "background") {
   pab_cap_ = pab_capacity(root_->nareas);
-  pab_next_ = root_->expand_bucket_num;
+  nareas_ = root_->nareas;
+  // Buckets past the capacity do not exist (an older version could persist such a count).
+  pab_next_ = std::min(root_->expand_bucket_num, pab_cap_.load());
   if (after_crash) recover_pab();
+  if (use_pab_ && grow_in_background_)
+    grower_ = std::make_unique<common::Worker>([this] { grow_in_background(); });
 }
 
 Wophi::~Wophi() {
-  if (grower_.joinable()) grower_.join();
+  stop();
+}
+
+void Wophi::stop() {
+  if (grower_) grower_->stop();
 }
 
 Status Wophi::layout(const Options& o, common::Params* layout) {
@@ -263,12 +271,20 @@ Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
     }
   }
   if (g == ~uint64_t{0}) {
-    g = pab_next_.fetch_add(1);
-    while (g >= pab_cap_.load(std::memory_order_acquire)) {  // exhausted: grow now
-      std::lock_guard<std::mutex> gl(grow_mu_);
-      if (g < pab_cap_.load()) break;
-      Status s = grow_pab();
-      if (!s.ok()) return s;
+    // Claim bucket g only if it exists; when the PAB is exhausted, grow it first (inline)
+    // and fail without claiming anything if it cannot grow.
+    g = pab_next_.load();
+    for (;;) {
+      if (g >= pab_cap_.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> gl(grow_mu_);
+        if (g >= pab_cap_.load()) {
+          Status s = grow_pab();
+          if (!s.ok()) return s;
+        }
+        g = pab_next_.load();
+        continue;
+      }
+      if (pab_next_.compare_exchange_weak(g, g + 1)) break;
     }
     persist_high_water(g + 1);  // expand_bucket_num += 1
   }
@@ -279,10 +295,14 @@ Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
 // A further PAB area, twice the last one (the paper stops with an error instead).
 Status Wophi::grow_pab() {
   uint64_t n = root_->nareas;
-  if (n >= kMaxAreas) return {Code::kPoolFull, "wophi: PAB cannot grow further"};
-  uint64_t buckets = root_->pab_initial << n;
-  pm::Reservation r = alloc_.reserve(buckets * sizeof(Bucket));
-  if (!r) return {Code::kPoolFull, "pool full: no space for a PAB area"};
+  pm::Reservation r;
+  if (n < kMaxAreas) r = alloc_.reserve((root_->pab_initial << n) * sizeof(Bucket));
+  if (!r) {
+    grow_failed_.store(true);
+    grow_failures_.fetch_add(1, std::memory_order_relaxed);
+    return {Code::kPoolFull, n < kMaxAreas ? "pool full: no space for a PAB area"
+                                           : "wophi: PAB cannot grow further"};
+  }
   const pm::Persister& p = pool_.persister();
   std::memset(pool_.ptr<char>(r.off), 0, r.size);
   p.flush(pool_.ptr<char>(r.off), r.size);
@@ -292,25 +312,25 @@ Status Wophi::grow_pab() {
   tx.store(&root_->areas[n], r.off);
   tx.store(&root_->nareas, n + 1);
   tx.commit();
+  nareas_.store(n + 1);
   pab_cap_.store(pab_capacity(n + 1), std::memory_order_release);
   grows_.fetch_add(1, std::memory_order_relaxed);
+  grow_failed_.store(false);
   return Status::Ok();
 }
 
-// Off the critical path: at 75% use, a background thread adds the next area.
+// Off the critical path: at 75% use, the worker adds the next area. After a failed growth
+// only an inline growth (a take finding the PAB exhausted) tries again.
 void Wophi::maybe_grow_in_background() {
-  if (!grow_in_background_) return;
+  if (!grower_ || grow_failed_.load(std::memory_order_relaxed)) return;
   if (pab_next_.load(std::memory_order_relaxed) * 4 < pab_cap_.load(std::memory_order_relaxed) * 3)
     return;
-  if (growing_.exchange(true)) return;
-  if (grower_.joinable()) grower_.join();
-  grower_ = std::thread([this] {
-    {
-      std::lock_guard<std::mutex> gl(grow_mu_);
-      if (pab_next_.load() * 4 >= pab_cap_.load() * 3) (void)grow_pab();
-    }
-    growing_.store(false);
-  });
+  if (!grower_->busy()) grower_->wake();  // wakes coalesce
+}
+
+void Wophi::grow_in_background() {
+  std::lock_guard<std::mutex> gl(grow_mu_);
+  if (!grow_failed_.load() && pab_next_.load() * 4 >= pab_cap_.load() * 3) (void)grow_pab();
 }
 
 // After a crash: PAB buckets handed out but never linked (a crash between take and link)
@@ -332,7 +352,7 @@ void Wophi::recover_pab() {
 }
 
 void Wophi::close() {
-  if (grower_.joinable()) grower_.join();
+  if (grower_) grower_->wait_idle();  // a growth in progress commits first
   // Clean shutdown: the counter is exact again (holes left by a crash are lost space).
   std::atomic_ref<uint64_t>(root_->expand_bucket_num).store(pab_next_.load());
   pool_.persister().persist(&root_->expand_bucket_num, 8);
@@ -365,8 +385,9 @@ uint64_t Wophi::dram_bytes() const {
 void Wophi::counters(std::map<std::string, double>* out) const {
   (*out)["pab_used"] = double(pab_next_.load());
   (*out)["pab_capacity"] = double(pab_cap_.load());
-  (*out)["pab_areas"] = double(root_->nareas);
+  (*out)["pab_areas"] = double(nareas_.load());
   (*out)["pab_grows"] = double(grows_.load());
+  (*out)["pab_grow_failures"] = double(grow_failures_.load());
   (*out)["chain_allocs_on_write"] = double(allocs_on_write_.load());
   // The paper's load factor: items over the main buckets' slots.
   (*out)["main_load_factor"] = double(size()) / double(root_->nbuckets * kSlots);
@@ -378,6 +399,10 @@ bool Wophi::check(std::string* report) const {
     ok = false;
     *report += "wophi: " + what + "\n";
   };
+  uint64_t cap = pab_capacity(root_->nareas);
+  if (pab_next_.load() > cap || root_->expand_bucket_num > cap)
+    bad("PAB buckets handed out (" + std::to_string(pab_next_.load()) + ", persisted " +
+        std::to_string(root_->expand_bucket_num) + ") exceed its capacity " + std::to_string(cap));
   std::unordered_set<uint64_t> seen_chain;
   for (uint64_t i = 0; i < root_->nbuckets && ok; ++i) {
     std::unordered_set<std::string> keys;

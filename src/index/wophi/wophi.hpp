@@ -8,9 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <thread>
 #include <vector>
 
+#include "common/worker.hpp"
 #include "index/scheme.hpp"
 
 namespace pmhash::wophi {
@@ -74,6 +74,7 @@ class Wophi final : public Scheme {
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
   void close() override;
+  void stop() override;
 
  private:
   struct alignas(64) Stripe {
@@ -94,7 +95,8 @@ class Wophi final : public Scheme {
   Status take_chain_bucket(pm::Reservation* r, Bucket** out);
   Status grow_pab();  // one more PAB area (under grow_mu_)
   void maybe_grow_in_background();
-  void recover_pab();  // after a crash: taken-but-unlinked PAB buckets are reused
+  void grow_in_background();  // the worker's task
+  void recover_pab();         // after a crash: taken-but-unlinked PAB buckets are reused
   void persist_high_water(uint64_t n);
 
   pm::Pool& pool_;
@@ -106,14 +108,20 @@ class Wophi final : public Scheme {
   std::unique_ptr<Stripe[]> stripes_;
   bool use_pab_;             // false: allocate every chain bucket on the write path (the baseline)
   bool grow_in_background_;  // false: grow only when a take finds the PAB exhausted
-  std::atomic<uint64_t> pab_next_{0};  // next PAB bucket to hand out (DRAM)
-  std::atomic<uint64_t> pab_cap_{0};   // PAB buckets in the published areas
+  // Next PAB bucket to hand out (DRAM); never beyond pab_cap_: a take that finds the PAB
+  // exhausted grows it first or fails without taking.
+  std::atomic<uint64_t> pab_next_{0};
+  std::atomic<uint64_t> pab_cap_{0};  // PAB buckets in the published areas
+  std::atomic<uint64_t> nareas_{0};   // PAB areas published (DRAM copy of Root::nareas)
   std::mutex free_mu_;
   std::vector<uint64_t> pab_free_;  // holes found by recovery
   std::mutex grow_mu_;
-  std::atomic<bool> growing_{false};
-  std::thread grower_;
-  std::atomic<uint64_t> grows_{0}, allocs_on_write_{0};
+  // The last growth failed (pool full): no background retries until an inline one succeeds.
+  std::atomic<bool> grow_failed_{false};
+  std::atomic<uint64_t> grows_{0}, grow_failures_{0}, allocs_on_write_{0};
+  // Background PAB growth (pab_grow=background); null otherwise. Stopped by stop() or the
+  // destructor.
+  std::unique_ptr<common::Worker> grower_;
 };
 
 }  // namespace pmhash::wophi
