@@ -24,6 +24,7 @@ struct OpenHooks {
   uint64_t chunk_size = 0;  // 0: default; small pools for crash tests use smaller chunks
   bool read_only = false;   // tools: inspect without changing the file (pm::PoolArgs)
   bool any_scheme = false;  // tools: accept the pool's scheme and format, whatever they are
+  std::string* report = nullptr;  // tools: every problem validation finds, one per line
 };
 
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,

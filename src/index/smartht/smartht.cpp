@@ -548,7 +548,10 @@ void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::smartht
 
 namespace pmhash {
+namespace smartht {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kSmartHTFactory;
 const SchemeFactory kSmartHTFactory = {"smartht", &smartht::SmartHT::layout,
-                                       &smartht::SmartHT::create, &smartht::SmartHT::open};
+                                       &smartht::SmartHT::create, &smartht::SmartHT::open, &smartht::validate};
 }  // namespace pmhash

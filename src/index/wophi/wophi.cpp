@@ -444,7 +444,10 @@ void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::wophi
 
 namespace pmhash {
+namespace wophi {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kWophiFactory;
 const SchemeFactory kWophiFactory = {"wophi", &wophi::Wophi::layout, &wophi::Wophi::create,
-                                     &wophi::Wophi::open};
+                                     &wophi::Wophi::open, &wophi::validate};
 }  // namespace pmhash
