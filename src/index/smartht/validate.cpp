@@ -6,7 +6,7 @@ namespace pmhash::smartht {
 Status validate(const SchemeContext& ctx) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return damaged(ctx, "smartht", "root object missing or damaged");
-  if (r->nheads == 0 || r->stripe == 0 || r->stripe > r->nheads)
+  if (r->nheads == 0 || r->stripe == 0 || r->stripe > (uint64_t{1} << 32))
     return damaged(ctx, "smartht", "root has " + std::to_string(r->nheads) + " head buckets, stripe " +
                                        std::to_string(r->stripe));
   if (block_array<Bucket>(ctx, r->heads, r->nheads) == nullptr)
