@@ -164,8 +164,8 @@ static Status open_index_resolved(const std::string& path, const Options& option
 // the root and published words, the scheme's root (SchemeFactory::validate). The one write
 // allowed before: finishing a committed allocator transaction (a redo log whose checksum
 // and entries are valid), since the root a scheme validates may be in it.
-static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f,
-                                   std::string* report, bool* fresh) {
+static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, std::string* report,
+                                   bool* fresh) {
   Status s = ctx.alloc.validate(false, report);
   if (!s.ok()) return s;
   if (ctx.alloc.has_committed_log()) ctx.alloc.replay_committed();
@@ -211,7 +211,8 @@ static Status open_index_resolved(const std::string& path, const Options& option
     return {Code::kUnknownScheme, "unknown scheme '" + options.scheme + "' (known: " + names + ")"};
   }
   if (options.format != Format::kFixed && options.format != Format::kVariable)
-    return {Code::kInvalidArgument, "format " + std::to_string(static_cast<uint32_t>(options.format)) +
+    return {Code::kInvalidArgument, "format " +
+                                        std::to_string(static_cast<uint32_t>(options.format)) +
                                         " is not one of fixed(0), variable(1)"};
   if (!pm::valid_mode(options.mode))
     return {Code::kInvalidArgument, "mode " + std::to_string(static_cast<uint32_t>(options.mode)) +

@@ -7,13 +7,12 @@
 //   PMHASH_FUZZ_SEED=S    base seed (default 1); case i uses seed S + i
 //   PMHASH_FUZZ_FIRST=I   first case index (reproduce case I: FIRST=I CASES=1)
 //   PMHASH_FUZZ_VERBOSE=1 one line per case
+#include <execinfo.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <execinfo.h>
 
 #include <cstring>
 #include <random>
@@ -147,10 +146,10 @@ TEST(Damage, KilledCreationAtEveryStepReopensWithCreate) {
   ASSERT_FALSE(pool.empty());
   std::vector<char> marker(pm::kCreatingMagic, pm::kCreatingMagic + 8);
   std::vector<std::vector<char>> states;
-  states.push_back({});                                     // created, nothing written
-  states.push_back({marker.begin(), marker.begin() + 3});   // the marker write cut short
-  states.push_back(marker);                                 // marker written, not sized
-  std::vector<char> sized(pool.size(), 0);                  // sized, header not written
+  states.push_back({});                                    // created, nothing written
+  states.push_back({marker.begin(), marker.begin() + 3});  // the marker write cut short
+  states.push_back(marker);                                // marker written, not sized
+  std::vector<char> sized(pool.size(), 0);                 // sized, header not written
   std::copy(marker.begin(), marker.end(), sized.begin());
   states.push_back(sized);
   std::vector<char> header = sized;  // header persisted, magic not yet replaced
@@ -294,7 +293,11 @@ std::string apply_damage(Damage kind, std::mt19937_64& rng, std::vector<char>* b
     }
     case kWordSmash: {
       uint64_t off = live_off() & ~uint64_t{7};
-      uint64_t choices[] = {0, ~uint64_t{0}, rng(), rng() % b->size(), word_at(*b, off) + 64,
+      uint64_t choices[] = {0,
+                            ~uint64_t{0},
+                            rng(),
+                            rng() % b->size(),
+                            word_at(*b, off) + 64,
                             uint64_t{1} << (rng() % 64)};
       uint64_t v = choices[rng() % 6];
       set_word(b, off, v);
@@ -304,8 +307,8 @@ std::string apply_damage(Damage kind, std::mt19937_64& rng, std::vector<char>* b
     }
     case kZeroPage: {
       uint64_t pg = rng() % 4 == 0 ? 0 : (pages.empty() ? 1 : pages[rng() % pages.size()]);
-      std::fill(b->begin() + pg * 4096,
-                b->begin() + std::min<uint64_t>(b->size(), (pg + 1) * 4096), 0);
+      std::fill(b->begin() + pg * 4096, b->begin() + std::min<uint64_t>(b->size(), (pg + 1) * 4096),
+                0);
       std::snprintf(what, sizeof what, "zero page %llu", (unsigned long long)pg);
       break;
     }
@@ -360,8 +363,8 @@ void print_stack_and_die(int sig) {
       (void)idx->stats();
       stage(3);
       uint64_t n = 0;
-      idx->for_each([](void* c, std::string_view, std::string_view) { ++*static_cast<uint64_t*>(c); },
-                    &n);
+      idx->for_each(
+          [](void* c, std::string_view, std::string_view) { ++*static_cast<uint64_t*>(c); }, &n);
     }
   }
   stage(4);
@@ -406,7 +409,6 @@ bool known_failure(const SchemeFormat& sf, Damage kind, uint64_t seed) {
       return true;
   return false;
 }
-
 
 TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
   const uint64_t cases = env_u64("PMHASH_FUZZ_CASES", 360);
@@ -478,9 +480,8 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
     if ((out == kCrash || out == kHang) && !known) {
       ++failures;
       ADD_FAILURE() << where << kOutcomeName[out] << " (" << detail << ") at stage "
-                    << kStageName[stage]
-                    << "; reproduce: PMHASH_FUZZ_SEED=" << base_seed << " PMHASH_FUZZ_FIRST=" << i
-                    << " PMHASH_FUZZ_CASES=1";
+                    << kStageName[stage] << "; reproduce: PMHASH_FUZZ_SEED=" << base_seed
+                    << " PMHASH_FUZZ_FIRST=" << i << " PMHASH_FUZZ_CASES=1";
     }
     if (out == kRefused && read_file(p.path) != bytes) {
       ++failures;

@@ -153,7 +153,8 @@ Status Allocator::validate(bool deep, std::string* report) const {
     if (ln[0] != 0 && n >= 1 && n <= Tx::kMaxOps && lane_header(ln + 1, n) == ln[0] &&
         !log_committed(ln))
       problem("allocator: lane " + std::to_string(l) + " (offset " +
-              std::to_string(lanes_off_ + l * kLaneBytes) + ") holds a log with impossible entries");
+              std::to_string(lanes_off_ + l * kLaneBytes) +
+              ") holds a log with impossible entries");
   }
   for (uint64_t c = 0; c < nchunks_; ++c) {
     uint64_t w = *chunk_word(c), type = w & 0xFF, value = w >> 8;
@@ -170,7 +171,8 @@ Status Allocator::validate(bool deep, std::string* report) const {
       for (uint64_t i = nblocks / 64; i < chunk_ / 512 / 8; ++i) {
         uint64_t valid = i * 64 >= nblocks ? 0 : (uint64_t{1} << (nblocks % 64)) - 1;
         if ((bm[i] & ~valid) != 0) {
-          problem(where + ": slab bitmap word " + std::to_string(i) + " marks blocks past the slab");
+          problem(where + ": slab bitmap word " + std::to_string(i) +
+                  " marks blocks past the slab");
           break;
         }
       }

@@ -88,7 +88,9 @@ class Allocator {
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
   bool take_chunks(uint64_t n, uint64_t* first);  // DRAM, under chunk_mu_
   void replay_lanes();
-  const uint64_t* lane(uint64_t l) const { return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes); }
+  const uint64_t* lane(uint64_t l) const {
+    return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
+  }
   bool log_committed(const uint64_t* lane) const;
   bool op_target_ok(uint64_t off, uint64_t op) const;
   void build_dram_state();

@@ -61,8 +61,9 @@ Status Pool::check_root_state() const {
                                   std::to_string(kMutableHeaderOffset + 8) +
                                   " is 0 in a pool that was published (damaged)"};
   if (root != 0 && pub != kPublished)
-    return {Code::kCorrupted, "'" + path_ + "': root word is set but the pool was never "
-                                            "published (damaged published word)"};
+    return {Code::kCorrupted, "'" + path_ +
+                                  "': root word is set but the pool was never "
+                                  "published (damaged published word)"};
   return Status::Ok();
 }
 
@@ -128,10 +129,10 @@ Status validate_header(const PoolHeader& h, uint64_t file_size, const std::strin
   // The layout is a function of (pool size, chunk size): every other field must match it.
   Layout l{};
   bool layout_ok = plan_layout(h.pool_size, h.chunk_size, &l).ok() && l.pool_size == h.pool_size &&
-                   h.header_size == kHeaderRegion && h.nlanes == kLanes &&
-                   h.nchunks == l.nchunks && h.heap_offset == l.heap_off &&
-                   h.chunk_table_offset == l.table_off && h.bitmap_offset == l.bitmap_off &&
-                   h.lanes_offset == l.lanes_off && h.key_format <= 1;
+                   h.header_size == kHeaderRegion && h.nlanes == kLanes && h.nchunks == l.nchunks &&
+                   h.heap_offset == l.heap_off && h.chunk_table_offset == l.table_off &&
+                   h.bitmap_offset == l.bitmap_off && h.lanes_offset == l.lanes_off &&
+                   h.key_format <= 1;
   if (!layout_ok)
     return {Code::kCorrupted, "'" + path + "': pool header describes an impossible layout"};
   return Status::Ok();
@@ -153,8 +154,9 @@ bool formattable(int fd, uint64_t file_size) {
   char m[8] = {};
   ssize_t got = pread(fd, m, sizeof m, 0);
   if (got <= 0) return false;
-  if (file_size < sizeof m) return static_cast<uint64_t>(got) == file_size &&
-                                   std::memcmp(m, kCreatingMagic, file_size) == 0;
+  if (file_size < sizeof m)
+    return static_cast<uint64_t>(got) == file_size &&
+           std::memcmp(m, kCreatingMagic, file_size) == 0;
   return got == sizeof m && std::memcmp(m, kCreatingMagic, sizeof m) == 0;
 }
 
@@ -176,8 +178,7 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
     return {Code::kInvalidArgument, "mode " + std::to_string(static_cast<uint32_t>(args.mode)) +
                                         " is not one of " + mode_range()};
   if (!args.any_format && static_cast<uint32_t>(args.format) > 1)
-    return {Code::kInvalidArgument, "format " +
-                                        std::to_string(static_cast<uint32_t>(args.format)) +
+    return {Code::kInvalidArgument, "format " + std::to_string(static_cast<uint32_t>(args.format)) +
                                         " is not one of fixed(0), variable(1)"};
   if (args.delay_ns > kMaxDelayNs)
     return {Code::kInvalidArgument, "PM write delay " + std::to_string(args.delay_ns) +

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -81,13 +80,15 @@ bool print_header(const std::string& path) {
   if (!have) return false;
   Status hs = pm::validate_header(h, static_cast<uint64_t>(st.st_size), path);
   std::printf("pool:         %s\n", path.c_str());
-  if (!hs.ok()) std::printf("header:       DAMAGED (%s); the fields below are unverified\n",
-                            hs.to_string().c_str());
+  if (!hs.ok())
+    std::printf("header:       DAMAGED (%s); the fields below are unverified\n",
+                hs.to_string().c_str());
   std::printf("uuid:         %s\n", uuid_text(h.uuid).c_str());
-  std::printf("scheme:       %s (layout %s)\n", std::string(h.scheme, strnlen(h.scheme, 16)).c_str(),
+  std::printf("scheme:       %s (layout %s)\n",
+              std::string(h.scheme, strnlen(h.scheme, 16)).c_str(),
               std::string(h.params, strnlen(h.params, sizeof h.params)).c_str());
-  std::printf("format:       %s\n", h.key_format <= 1 ? format_name(static_cast<Format>(h.key_format))
-                                                       : "? (damaged)");
+  std::printf("format:       %s\n",
+              h.key_format <= 1 ? format_name(static_cast<Format>(h.key_format)) : "? (damaged)");
   std::printf("pool bytes:   %llu (file %llu)\n", static_cast<unsigned long long>(h.pool_size),
               static_cast<unsigned long long>(st.st_size));
   return true;

@@ -12,8 +12,9 @@ Status validate(const SchemeContext& ctx) {
   auto level = [&](const LevelDesc& l, const char* name) -> Status {
     if (l.segments == 0 || l.segments >= (uint64_t{1} << 40) ||
         block_array<Bucket>(ctx, l.off, l.segments * m) == nullptr)
-      return damaged(ctx, "hdnh", std::string(name) + " level (offset " + std::to_string(l.off) +
-                                      ", " + std::to_string(l.segments) + " segments) missing");
+      return damaged(ctx, "hdnh",
+                     std::string(name) + " level (offset " + std::to_string(l.off) + ", " +
+                         std::to_string(l.segments) + " segments) missing");
     return Status::Ok();
   };
   Status s = level(r->top, "top");
@@ -21,10 +22,11 @@ Status validate(const SchemeContext& ctx) {
   if (!s.ok()) return s;
   if (r->top.segments != 2 * r->bottom.segments || r->resizing_flag > 1 ||
       (r->level_number != 2 && r->level_number != 3))
-    return damaged(ctx, "hdnh", "levels of " + std::to_string(r->top.segments) + " and " +
-                                    std::to_string(r->bottom.segments) + " segments, flag " +
-                                    std::to_string(r->resizing_flag) + ", level number " +
-                                    std::to_string(r->level_number));
+    return damaged(ctx, "hdnh",
+                   "levels of " + std::to_string(r->top.segments) + " and " +
+                       std::to_string(r->bottom.segments) + " segments, flag " +
+                       std::to_string(r->resizing_flag) + ", level number " +
+                       std::to_string(r->level_number));
   if (r->level_number == 3) {
     if (r->resizing_flag != 1 || r->new_top.segments != 2 * r->top.segments ||
         r->rehash_progress > r->bottom.segments * m)

@@ -552,5 +552,6 @@ Status validate(const SchemeContext& ctx);  // validate.cpp
 }
 extern const SchemeFactory kSmartHTFactory;
 const SchemeFactory kSmartHTFactory = {"smartht", &smartht::SmartHT::layout,
-                                       &smartht::SmartHT::create, &smartht::SmartHT::open, &smartht::validate};
+                                       &smartht::SmartHT::create, &smartht::SmartHT::open,
+                                       &smartht::validate};
 }  // namespace pmhash

@@ -7,8 +7,9 @@ Status validate(const SchemeContext& ctx) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return damaged(ctx, "smartht", "root object missing or damaged");
   if (r->nheads == 0 || r->stripe == 0 || r->stripe > (uint64_t{1} << 32))
-    return damaged(ctx, "smartht", "root has " + std::to_string(r->nheads) + " head buckets, stripe " +
-                                       std::to_string(r->stripe));
+    return damaged(ctx, "smartht",
+                   "root has " + std::to_string(r->nheads) + " head buckets, stripe " +
+                       std::to_string(r->stripe));
   if (block_array<Bucket>(ctx, r->heads, r->nheads) == nullptr)
     return damaged(ctx, "smartht",
                    "head bucket array at offset " + std::to_string(r->heads) + " missing");

@@ -506,6 +506,6 @@ Status validate(const SchemeContext& ctx);  // validate.cpp
 }
 extern const SchemeFactory kTurboHashFactory;
 const SchemeFactory kTurboHashFactory = {"turbohash", &turbohash::TurboHash::layout,
-                                         &turbohash::TurboHash::create,
-                                         &turbohash::TurboHash::open, &turbohash::validate};
+                                         &turbohash::TurboHash::create, &turbohash::TurboHash::open,
+                                         &turbohash::validate};
 }  // namespace pmhash

@@ -8,8 +8,9 @@ Status validate(const SchemeContext& ctx) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return damaged(ctx, "turbohash", "root object missing or damaged");
   if (r->nshards == 0 || r->nshards > (1u << 24) || r->scope == 0 || r->scope > 1024)
-    return damaged(ctx, "turbohash", "root has " + std::to_string(r->nshards) +
-                                         " shards and scope " + std::to_string(r->scope));
+    return damaged(
+        ctx, "turbohash",
+        "root has " + std::to_string(r->nshards) + " shards and scope " + std::to_string(r->scope));
   const Descriptor* d = block_array<Descriptor>(ctx, r->directory, r->nshards);
   if (d == nullptr)
     return damaged(ctx, "turbohash",

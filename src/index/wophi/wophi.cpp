@@ -44,7 +44,9 @@ Status Wophi::layout(const Options& o, common::Params* layout) {
       n > (uint64_t{1} << 32))
     return {Code::kInvalidArgument, "wophi: 'buckets' (main buckets) must be 1..2^32"};
   Status s = p.get_u64("wophi", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
-  if (s.ok()) s = p.get_u64("wophi", "pab_buckets", std::max<uint64_t>(16, n / 4), 1, uint64_t{1} << 32, &pab);
+  if (s.ok())
+    s = p.get_u64("wophi", "pab_buckets", std::max<uint64_t>(16, n / 4), 1, uint64_t{1} << 32,
+                  &pab);
   if (!s.ok()) return s;
   layout->set("buckets", std::to_string(n));
   layout->set("stripe", std::to_string(stripe));
