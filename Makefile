@@ -7,7 +7,7 @@ PYTHON  ?= /usr/bin/python3
 POOL_DIR ?= /dev/shm
 CMAKE_COMMON = -DPMHASH_WERROR=ON -DPython_EXECUTABLE=$(PYTHON)
 
-.PHONY: all deps build test test-asan test-tsan test-pip ci bench bench-suite results format format-check clean
+.PHONY: all deps build test test-asan test-tsan test-pip ci bench bench-suite results format format-check clean fuzz
 
 all: build
 
@@ -33,6 +33,19 @@ test-tsan: deps
 	  -DPMHASH_BUILD_BENCH=OFF -DPMHASH_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build/tsan -j$(JOBS)
 	cd build/tsan && PMHASH_CRASH_LIGHT=1 TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j$(JOBS)
+
+# libFuzzer on damaged pools (tests/fuzz/pool_fuzz.cpp), ASan+UBSan, FUZZ_TIME seconds.
+# Optional: needs clang; the rest of the build never does. Soak the forked-child fuzz test
+# instead with: PMHASH_FUZZ_CASES=5000 build/test/pmhash-tests --gtest_filter='DamageFuzz*'
+FUZZ_TIME ?= 60
+fuzz: deps
+	@command -v clang++ >/dev/null || { echo "make fuzz needs clang++ (apt install clang)"; exit 1; }
+	CC=clang CXX=clang++ cmake -S . -B build/fuzz $(CMAKE_COMMON) -DPMHASH_BUILD_FUZZ=ON \
+	  -DPMHASH_SANITIZE=address,undefined -DPMHASH_BUILD_TESTS=OFF -DPMHASH_BUILD_BENCH=OFF \
+	  -DPMHASH_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build build/fuzz -j$(JOBS) --target pmhash-fuzz
+	mkdir -p build/fuzz/corpus
+	build/fuzz/pmhash-fuzz -max_total_time=$(FUZZ_TIME) -timeout=10 build/fuzz/corpus
 
 # `pip install .` into a fresh virtualenv (build backend from PyPI), then the Python tests
 # against the installed package.

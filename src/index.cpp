@@ -109,7 +109,8 @@ Status IndexImpl::check_value(std::string_view value) const {
 
 bool IndexImpl::check(std::string* report) const {
   std::string r;
-  bool ok = scheme->check(&r);
+  bool ok = alloc->validate(true, &r).ok();
+  ok &= scheme->check(&r);
   // allocated == reachable: every allocated block is referenced once, and nothing else.
   std::map<uint64_t, uint64_t> allocated;
   alloc->for_each_allocated([&](uint64_t off, uint64_t size) { allocated[off] = size; });
@@ -165,6 +166,27 @@ static Status open_index_resolved(const std::string& path, const Options& option
                                   const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
                                   std::chrono::steady_clock::time_point t0);
 
+// Read-only checks of everything open and recovery will follow first: allocator metadata,
+// the root and published words, the scheme's root (SchemeFactory::validate). The one write
+// allowed before: finishing a committed allocator transaction (a redo log whose checksum
+// and entries are valid), since the root a scheme validates may be in it.
+static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, std::string* report,
+                                   bool* fresh) {
+  Status s = ctx.alloc.validate(false, report);
+  if (!s.ok()) return s;
+  if (ctx.alloc.has_committed_log()) ctx.alloc.replay_committed();
+  s = ctx.pool.check_root_state();
+  if (!s.ok()) {
+    if (report) *report += s.message() + "\n";
+    return s;
+  }
+  *fresh = ctx.pool.root() == 0;
+  if (*fresh || f.validate == nullptr) return Status::Ok();
+  s = f.validate(ctx);
+  if (!s.ok() && report) *report += s.message() + "\n";
+  return s;
+}
+
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
                   std::unique_ptr<Index>* out) {
   auto t0 = std::chrono::steady_clock::now();
@@ -195,7 +217,12 @@ static Status open_index_resolved(const std::string& path, const Options& option
     return {Code::kUnknownScheme, "unknown scheme '" + options.scheme + "' (known: " + names + ")"};
   }
   if (options.format != Format::kFixed && options.format != Format::kVariable)
-    return {Code::kInvalidArgument, "unknown key/value format"};
+    return {Code::kInvalidArgument, "format " +
+                                        std::to_string(static_cast<uint32_t>(options.format)) +
+                                        " is not one of fixed(0), variable(1)"};
+  if (!pm::valid_mode(options.mode))
+    return {Code::kInvalidArgument, "mode " + std::to_string(static_cast<uint32_t>(options.mode)) +
+                                        " is not one of " + pm::mode_range()};
   common::Params layout;
   Status s = f->layout(options, &layout);
   if (!s.ok()) return s;
@@ -218,13 +245,8 @@ static Status open_index_resolved(const std::string& path, const Options& option
   pm::Pool& pool = *impl->pool;
   pool.mutations = hooks.mutations;
 
-  // From here on the file is ours: mark it in use, so a crash from now on means recovery.
-  bool clean = pool.was_clean();
-  pool.set_clean(false);
   impl->threads = pm::ThreadRegistry::make();
   impl->alloc = std::make_unique<pm::Allocator>(pool);
-  bool fresh = pool.root() == 0;  // creation never finished: nothing is reachable
-  impl->alloc->recover(fresh);
   impl->items = std::make_unique<common::Items>(pool.format(), *impl->alloc);
   impl->epochs = std::make_unique<pm::Epochs>(impl->threads);
   pm::Allocator* alloc = impl->alloc.get();
@@ -240,6 +262,15 @@ static Status open_index_resolved(const std::string& path, const Options& option
                     impl->options,
                     common::Params::parse(pool.params()),
                     common::Params(options.params)};
+  bool fresh = false;
+  s = validate_before_open(ctx, *f, hooks.report, &fresh);
+  if (!s.ok()) return s;
+
+  // Validated: from here on the file is ours. Mark it in use, so a crash from now on means
+  // recovery; then the allocator's and the scheme's recovery.
+  bool clean = pool.was_clean();
+  pool.set_clean(false);
+  impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
   if (!s.ok()) return s;
   impl->recovered = !fresh && !clean;

@@ -21,9 +21,10 @@ namespace pmhash {
 struct OpenHooks {
   pm::PersistHook* persist_hook = nullptr;
   uint64_t mutations = 0;
-  uint64_t chunk_size = 0;  // 0: default; small pools for crash tests use smaller chunks
-  bool read_only = false;   // tools: inspect without changing the file (pm::PoolArgs)
-  bool any_scheme = false;  // tools: accept the pool's scheme and format, whatever they are
+  uint64_t chunk_size = 0;        // 0: default; small pools for crash tests use smaller chunks
+  bool read_only = false;         // tools: inspect without changing the file (pm::PoolArgs)
+  bool any_scheme = false;        // tools: accept the pool's scheme and format, whatever they are
+  std::string* report = nullptr;  // tools: every problem validation finds, one per line
 };
 
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,

@@ -90,6 +90,44 @@ TEST(Cli, CheckReportsDamage) {
       << r.out;
 }
 
+// One mode detection: a read-only tool open used to say "pm" under /dev/shm.
+TEST(Cli, InfoReportsTheModeTheLibraryUses) {
+  TempPool p;
+  Options o = small_options("turbohash", Format::kFixed);
+  o.mode = Mode::kAuto;
+  fill(p.path, o, 10, false);
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  std::string lib = mode_name(idx->stats().mode);
+  idx.reset();
+  CliRun r = run("info " + p.path);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("mode:         " + lib + "\n"), std::string::npos) << lib << "\n" << r.out;
+}
+
+// A damaged pool: info prints the header and why the index cannot be opened; check lists
+// the problems; both exit 1, neither crashes, the file is unchanged.
+TEST(Cli, DamagedPoolGetsAReportNotACrash) {
+  TempPool p;
+  Options o = small_options("pmeh", Format::kVariable);
+  fill(p.path, o, 50, false);
+  std::vector<char> bytes = read_file(p.path);
+  std::fill(bytes.begin() + pm::kMutableHeaderOffset + 8,
+            bytes.begin() + pm::kMutableHeaderOffset + 16, 0);  // the root word
+  write_bytes(p.path, bytes);
+  CliRun r = run("info " + p.path);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("scheme:       pmeh"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot be opened: corrupted"), std::string::npos) << r.out;
+  r = run("check " + p.path);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("PROBLEMS FOUND"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("root word"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_file(p.path) == bytes);
+  r = run("import /dev/null " + p.path + "x --scheme wophi --pool-size lots");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+}
+
 TEST(Cli, BadFilesGetAMessageNotACrash) {
   TempPool foreign;
   write_bytes(foreign.path, std::vector<char>(10000, 'x'));

@@ -43,6 +43,19 @@ bool Params::get_u64(const std::string& k, uint64_t def, uint64_t* out) const {
   return true;
 }
 
+Status Params::get_u64(const char* scheme, const std::string& k, uint64_t def, uint64_t min,
+                       uint64_t max, uint64_t* out) const {
+  uint64_t v = 0;
+  bool parsed = get_u64(k, def, &v);
+  if (parsed && v >= min && v <= max) {
+    *out = v;
+    return Status::Ok();
+  }
+  return {Code::kInvalidArgument, std::string(scheme) + ": parameter " + k + "='" + get(k, "") +
+                                      "' must be an integer in [" + std::to_string(min) + ", " +
+                                      std::to_string(max) + "]"};
+}
+
 bool Params::get_bool(const std::string& k, bool def) const {
   auto it = m_.find(k);
   if (it == m_.end()) return def;

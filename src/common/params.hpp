@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "pmhash/status.hpp"
+
 namespace pmhash::common {
 
 class Params {
@@ -19,6 +21,10 @@ class Params {
   std::string get(const std::string& k, const std::string& def) const;
   // Returns false (and leaves *out) when the value is not an unsigned integer.
   bool get_u64(const std::string& k, uint64_t def, uint64_t* out) const;
+  // The value in [min, max] (default `def` when absent); otherwise kInvalidArgument naming
+  // the parameter, its value and the allowed range. `scheme` prefixes the message.
+  Status get_u64(const char* scheme, const std::string& k, uint64_t def, uint64_t min, uint64_t max,
+                 uint64_t* out) const;
   bool get_bool(const std::string& k, bool def) const;
   void set(const std::string& k, const std::string& v) { m_[k] = v; }
   const std::map<std::string, std::string>& map() const { return m_; }

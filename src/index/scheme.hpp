@@ -63,6 +63,10 @@ struct SchemeFactory {
   Status (*create)(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   // An existing pool: fast path after a clean close, recovery after a crash.
   Status (*open)(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+  // Read-only, before open() and before anything in the file changes: the root and what open
+  // and recovery dereference first (directories, tables) exist with plausible sizes.
+  // kCorrupted saying what and where, else Ok. Null: the generic root check only.
+  Status (*validate)(const SchemeContext& ctx) = nullptr;
 };
 
 // Pool creation (docs/pool-format.md): a new scheme's objects are allocated without a log —
@@ -73,19 +77,34 @@ inline void publish_new_root(SchemeContext& ctx, const std::vector<pm::Reservati
                              uint64_t root_off) {
   for (const pm::Reservation& r : objects) ctx.alloc.publish_unlogged(r);
   ctx.pool.persister().fence();
+  // Root and published word in one logged commit: a root of 0 then means "unfinished".
   pm::Tx tx(ctx.alloc);
   tx.store(&ctx.pool.mutable_header().root, root_off);
+  tx.store(&ctx.pool.mutable_header().published, pm::kPublished);
   tx.commit();
 }
 
 // The root of an existing pool if it is an allocated block of the right size with the
 // scheme's magic (its first word), else null.
 template <class Root>
-Root* existing_root(SchemeContext& ctx, uint64_t magic) {
+Root* existing_root(const SchemeContext& ctx, uint64_t magic) {
   uint64_t off = ctx.pool.root();
   if (ctx.alloc.block_size(off) < sizeof(Root)) return nullptr;
-  Root* r = ctx.pool.ptr<Root>(off);
-  return r->magic == magic ? r : nullptr;
+  Root* r = ctx.pool.checked<Root>(off);
+  return r != nullptr && r->magic == magic ? r : nullptr;
+}
+
+// For validate(): the problem, located.
+inline Status damaged(const SchemeContext& ctx, const char* scheme, const std::string& what) {
+  return {Code::kCorrupted, std::string(scheme) + ": " + what + " (root at offset " +
+                                std::to_string(ctx.pool.root()) + ")"};
+}
+// `count` objects of T at off, inside one allocated block (validate(), check(), recovery).
+template <class T>
+const T* block_array(const SchemeContext& ctx, uint64_t off, uint64_t count) {
+  if (count == 0 || count > ctx.pool.size() / sizeof(T)) return nullptr;
+  if (ctx.alloc.block_size(off) < count * sizeof(T)) return nullptr;
+  return ctx.pool.checked<T>(off, count);
 }
 
 const SchemeFactory* find_scheme(const std::string& name);

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cassert>
+#include <cstdio>
 #include <cstring>
 
 namespace pmhash::pm {
@@ -91,26 +92,103 @@ void Allocator::recover(bool format) {
   build_dram_state();
 }
 
+// A redo-log entry may target the mutable part of the header page or allocator/heap words,
+// nothing else (never the immutable header or the lanes themselves).
+bool Allocator::op_target_ok(uint64_t off, uint64_t op) const {
+  if (op < 1 || op > 3 || off % 8 != 0) return false;
+  if (off >= kMutableHeaderOffset && off < kHeaderRegion) return true;
+  return off >= table_off_ && pool_.contains(off, 8);
+}
+
+bool Allocator::log_committed(const uint64_t* lane) const {
+  uint64_t hdr = lane[0];
+  int n = static_cast<int>(hdr & 0xFF);
+  if (n < 1 || n > Tx::kMaxOps || lane_header(lane + 1, n) != hdr) return false;
+  for (int i = 0; i < n; ++i)
+    if (!op_target_ok(lane[1 + 2 * i] & ~uint64_t{7}, lane[1 + 2 * i] & 7)) return false;
+  return true;
+}
+
+bool Allocator::has_committed_log() const {
+  for (uint64_t l = 0; l < kLanes; ++l)
+    if (lane(l)[0] != 0 && log_committed(lane(l))) return true;
+  return false;
+}
+
 void Allocator::replay_lanes() {
   for (uint64_t l = 0; l < kLanes; ++l) {
-    auto* lane = pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
-    uint64_t hdr = lane[0];
-    if (hdr == 0) continue;
-    int n = static_cast<int>(hdr & 0xFF);
-    if (n >= 1 && n <= Tx::kMaxOps && lane_header(lane + 1, n) == hdr) {
+    auto* ln = pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
+    if (ln[0] == 0) continue;
+    if (log_committed(ln)) {
+      int n = static_cast<int>(ln[0] & 0xFF);
       for (int i = 0; i < n; ++i) {
-        uint64_t off = lane[1 + 2 * i] & ~uint64_t{7};
-        uint64_t op = lane[1 + 2 * i] & 7;
-        if (pool_.contains(off, 8)) {
-          apply_op(pool_, off, op, lane[2 + 2 * i]);
-          pool_.persister().flush(pool_.ptr<char>(off), 8);
-        }
+        uint64_t off = ln[1 + 2 * i] & ~uint64_t{7};
+        apply_op(pool_, off, ln[1 + 2 * i] & 7, ln[2 + 2 * i]);
+        pool_.persister().flush(pool_.ptr<char>(off), 8);
       }
       pool_.persister().fence();
     }
-    lane[0] = 0;  // a torn log never started applying: discard it
-    pool_.persister().persist(lane, 8);
+    ln[0] = 0;  // a torn log never started applying: discard it
+    pool_.persister().persist(ln, 8);
   }
+}
+
+Status Allocator::validate(bool deep, std::string* report) const {
+  std::string first;
+  uint64_t problems = 0;
+  auto problem = [&](const std::string& what) {
+    if (problems++ == 0) first = what;
+    if (report) *report += what + "\n";
+  };
+  auto hex = [](uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+    return std::string(b);
+  };
+  // A torn log (no valid checksum) is normal after a crash and is discarded; a log whose
+  // checksum holds but whose entries are impossible is damage.
+  for (uint64_t l = 0; l < kLanes; ++l) {
+    const uint64_t* ln = lane(l);
+    int n = static_cast<int>(ln[0] & 0xFF);
+    if (ln[0] != 0 && n >= 1 && n <= Tx::kMaxOps && lane_header(ln + 1, n) == ln[0] &&
+        !log_committed(ln))
+      problem("allocator: lane " + std::to_string(l) + " (offset " +
+              std::to_string(lanes_off_ + l * kLaneBytes) +
+              ") holds a log with impossible entries");
+  }
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    uint64_t w = *chunk_word(c), type = w & 0xFF, value = w >> 8;
+    std::string where = "allocator: chunk " + std::to_string(c) + " (table word at offset " +
+                        std::to_string(table_off_ + c * 8) + ", " + hex(w) + ")";
+    const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+    if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
+      for (uint64_t i = 1; i < value; ++i)
+        if (*chunk_word(c + i) != kChunkFree)
+          problem(where + ": chunk " + std::to_string(c + i) + " inside the run is not free");
+      c += value - 1;
+    } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
+      uint64_t nblocks = chunk_ / (kMinBlock << value);
+      for (uint64_t i = nblocks / 64; i < chunk_ / 512 / 8; ++i) {
+        uint64_t valid = i * 64 >= nblocks ? 0 : (uint64_t{1} << (nblocks % 64)) - 1;
+        if ((bm[i] & ~valid) != 0) {
+          problem(where + ": slab bitmap word " + std::to_string(i) +
+                  " marks blocks past the slab");
+          break;
+        }
+      }
+    } else if (w != kChunkFree) {
+      problem(where + ": neither free, a run of chunks in the heap, nor a slab");
+    } else if (deep) {
+      for (uint64_t i = 0; i < chunk_ / 512 / 8; ++i)
+        if (bm[i] != 0) {
+          problem(where + ": a free chunk with allocation bits set");
+          break;
+        }
+    }
+  }
+  if (problems == 0) return Status::Ok();
+  return {Code::kCorrupted,
+          first + (problems > 1 ? " (and " + std::to_string(problems - 1) + " more)" : "")};
 }
 
 void Allocator::build_dram_state() {
@@ -256,7 +334,8 @@ uint64_t Allocator::block_size(uint64_t off) const {
   if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return 0;
   uint64_t c = chunk_of(off);
   uint64_t w = std::atomic_ref<uint64_t>(*chunk_word(c)).load(std::memory_order_acquire);
-  if ((w & 0xFF) == kChunkLarge) return off == chunk_off(c) ? (w >> 8) * chunk_ : 0;
+  if ((w & 0xFF) == kChunkLarge)
+    return off == chunk_off(c) && (w >> 8) >= 1 && (w >> 8) <= nchunks_ - c ? (w >> 8) * chunk_ : 0;
   if ((w & 0xFF) != kChunkSlab || (w >> 8) >= static_cast<uint64_t>(nclasses_)) return 0;
   uint64_t bsize = kMinBlock << (w >> 8);
   if ((off - chunk_off(c)) % bsize != 0) return 0;

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "pm/pool.hpp"
@@ -46,6 +47,14 @@ class Allocator {
   // table and slab bitmaps. With `format`, first make every chunk free (used when a crash
   // interrupted pool creation: nothing was reachable yet).
   void recover(bool format);
+  // Read-only: do the lanes, chunk table and slab bitmaps describe a possible state? Appends
+  // one line per problem to *report (all of them); returns kCorrupted naming the first.
+  // `deep` also checks the bitmaps of chunks that are not slabs (check(); costs a full scan).
+  Status validate(bool deep, std::string* report) const;
+  // A lane holds a committed redo log (valid checksum, every entry a possible op).
+  bool has_committed_log() const;
+  // Finishes committed logs and discards torn ones (the first step of recover()).
+  void replay_committed() { replay_lanes(); }
 
   Reservation reserve(uint64_t size);  // empty Reservation when the pool is full
   void cancel(const Reservation& r);   // give back an unpublished reservation
@@ -58,7 +67,9 @@ class Allocator {
   // Where the DRAM reuse of freed blocks is deferred to (epoch-based reclamation).
   std::function<void(uint64_t off)> on_free;
 
-  uint64_t block_size(uint64_t off) const;  // 0 if off is not the start of a live object
+  // The size of the live object starting at off; 0 if off is not one (any value is safe to
+  // pass: this is how an offset read from the pool is validated as an object).
+  uint64_t block_size(uint64_t off) const;
   void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   Pool& pool() const { return pool_; }
@@ -77,6 +88,11 @@ class Allocator {
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
   bool take_chunks(uint64_t n, uint64_t* first);  // DRAM, under chunk_mu_
   void replay_lanes();
+  const uint64_t* lane(uint64_t l) const {
+    return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
+  }
+  bool log_committed(const uint64_t* lane) const;
+  bool op_target_ok(uint64_t off, uint64_t op) const;
   void build_dram_state();
 
   Pool& pool_;

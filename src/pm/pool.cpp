@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -45,6 +46,27 @@ uint64_t Pool::root() const {
   return std::atomic_ref<uint64_t>(mutable_header().root).load(std::memory_order_acquire);
 }
 
+bool Pool::published() const {
+  return std::atomic_ref<uint64_t>(mutable_header().published).load() == kPublished;
+}
+
+Status Pool::check_root_state() const {
+  uint64_t root = this->root(), pub = mutable_header().published;
+  if (pub != 0 && pub != kPublished)
+    return {Code::kCorrupted, "'" + path_ + "': published word at offset " +
+                                  std::to_string(kMutableHeaderOffset + 16) + " is damaged (" +
+                                  std::to_string(pub) + ")"};
+  if (root == 0 && pub == kPublished)
+    return {Code::kCorrupted, "'" + path_ + "': root word at offset " +
+                                  std::to_string(kMutableHeaderOffset + 8) +
+                                  " is 0 in a pool that was published (damaged)"};
+  if (root != 0 && pub != kPublished)
+    return {Code::kCorrupted, "'" + path_ +
+                                  "': root word is set but the pool was never "
+                                  "published (damaged published word)"};
+  return Status::Ok();
+}
+
 void Pool::set_clean(bool clean) {
   std::atomic_ref<uint64_t>(mutable_header().clean_shutdown).store(clean ? 1 : 0);
   persister_.persist(&mutable_header().clean_shutdown, 8);
@@ -56,12 +78,127 @@ Pool::~Pool() {
   if (fd_ >= 0) close(fd_);  // also drops the flock
 }
 
+bool valid_mode(Mode m) {
+  return static_cast<uint32_t>(m) <= static_cast<uint32_t>(Mode::kNone);
+}
+
+std::string mode_range() {
+  std::string r;
+  for (uint32_t m = 0; m <= static_cast<uint32_t>(Mode::kNone); ++m)
+    r += (r.empty() ? "" : ", ") + std::string(mode_name(static_cast<Mode>(m))) + "(" +
+         std::to_string(m) + ")";
+  return r;
+}
+
+Status plan_layout(uint64_t pool_size, uint64_t chunk, Layout* out) {
+  if (chunk < 65536 || chunk > (uint64_t{1} << 30) || (chunk & (chunk - 1)) != 0)
+    return {Code::kInvalidArgument,
+            "chunk size " + std::to_string(chunk) + " must be a power of two in [64 KiB, 1 GiB]"};
+  constexpr uint64_t kMaxPool = uint64_t{1} << 50;  // 1 PiB: keeps every sum below 2^63
+  uint64_t lanes_off = kHeaderRegion;
+  uint64_t table_off = lanes_off + kLanes * kLaneBytes;
+  uint64_t n = std::min(pool_size, kMaxPool) / chunk;
+  // Solve for the chunk count: metadata grows with it (at most a few chunks of it).
+  for (; n > 0; --n) {
+    uint64_t bitmap_off = align_up(table_off + n * 8, 64);
+    uint64_t heap_off = align_up(bitmap_off + n * (chunk / 512), chunk);
+    if (heap_off + n * chunk <= pool_size && pool_size <= kMaxPool) {
+      *out = {heap_off + n * chunk, chunk, n, lanes_off, table_off, bitmap_off, heap_off};
+      return Status::Ok();
+    }
+  }
+  if (pool_size > kMaxPool)
+    return {Code::kInvalidArgument, "pool size " + std::to_string(pool_size) +
+                                        " is out of range: at most " + std::to_string(kMaxPool)};
+  uint64_t min = align_up(align_up(table_off + 8, 64) + chunk / 512, chunk) + chunk;
+  return {Code::kInvalidArgument, "pool size " + std::to_string(pool_size) +
+                                      " is too small: with chunks of " + std::to_string(chunk) +
+                                      " bytes it must be at least " + std::to_string(min)};
+}
+
+Status validate_header(const PoolHeader& h, uint64_t file_size, const std::string& path) {
+  if (h.format_version != kPoolFormatVersion)
+    return {Code::kUnsupportedVersion,
+            "'" + path + "' has pool format version " + std::to_string(h.format_version) +
+                "; this build reads version " + std::to_string(kPoolFormatVersion)};
+  if (header_checksum(h) != h.checksum)
+    return {Code::kChecksumMismatch, "'" + path + "': pool header checksum mismatch (corrupted)"};
+  if (file_size < h.pool_size)
+    return {Code::kTruncated, "'" + path + "' is truncated: " + std::to_string(file_size) +
+                                  " bytes, the header says " + std::to_string(h.pool_size)};
+  // The layout is a function of (pool size, chunk size): every other field must match it.
+  Layout l{};
+  bool layout_ok = plan_layout(h.pool_size, h.chunk_size, &l).ok() && l.pool_size == h.pool_size &&
+                   h.header_size == kHeaderRegion && h.nlanes == kLanes && h.nchunks == l.nchunks &&
+                   h.heap_offset == l.heap_off && h.chunk_table_offset == l.table_off &&
+                   h.bitmap_offset == l.bitmap_off && h.lanes_offset == l.lanes_off &&
+                   h.key_format <= 1;
+  if (!layout_ok)
+    return {Code::kCorrupted, "'" + path + "': pool header describes an impossible layout"};
+  return Status::Ok();
+}
+
+Mode detect_mode(int fd, bool dax) {
+  if (dax) return Mode::kPm;
+  struct statfs fs {};
+  bool tmpfs = fstatfs(fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
+  return tmpfs ? Mode::kEmulated : Mode::kMsync;
+}
+
+namespace {
+
+// A file open(create) may format: empty, or left by a creation that did not finish (it
+// starts with kCreatingMagic, or with a prefix of it if the 8-byte write itself was cut).
+bool formattable(int fd, uint64_t file_size) {
+  if (file_size == 0) return true;
+  char m[8] = {};
+  ssize_t got = pread(fd, m, sizeof m, 0);
+  if (got <= 0) return false;
+  if (file_size < sizeof m)
+    return static_cast<uint64_t>(got) == file_size &&
+           std::memcmp(m, kCreatingMagic, file_size) == 0;
+  return got == sizeof m && std::memcmp(m, kCreatingMagic, sizeof m) == 0;
+}
+
+Status check_create_args(const PoolArgs& args) {
+  if (args.scheme.empty() || args.scheme.size() >= sizeof(PoolHeader{}.scheme))
+    return {Code::kInvalidArgument, "a new pool needs a scheme name of 1-15 characters"};
+  if (args.params.size() >= sizeof(PoolHeader{}.params))
+    return {Code::kInvalidArgument, "scheme parameters too long for the pool header (" +
+                                        std::to_string(args.params.size()) + " bytes, at most " +
+                                        std::to_string(sizeof(PoolHeader{}.params) - 1) + ")"};
+  Layout l{};
+  return plan_layout(args.pool_size, args.chunk_size, &l);
+}
+
+}  // namespace
+
 Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr<Pool>* out) {
+  if (!valid_mode(args.mode))
+    return {Code::kInvalidArgument, "mode " + std::to_string(static_cast<uint32_t>(args.mode)) +
+                                        " is not one of " + mode_range()};
+  if (!args.any_format && static_cast<uint32_t>(args.format) > 1)
+    return {Code::kInvalidArgument, "format " + std::to_string(static_cast<uint32_t>(args.format)) +
+                                        " is not one of fixed(0), variable(1)"};
+  if (args.delay_ns > kMaxDelayNs)
+    return {Code::kInvalidArgument, "PM write delay " + std::to_string(args.delay_ns) +
+                                        " ns is out of range [0, " + std::to_string(kMaxDelayNs) +
+                                        "]"};
+  bool may_create = args.create && !args.read_only;
   std::unique_ptr<Pool> p(new Pool());
   p->path_ = path;
   p->read_only_ = args.read_only;
-  int flags = args.read_only ? O_RDONLY : O_RDWR | (args.create ? O_CREAT : 0);
-  p->fd_ = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  p->fd_ = ::open(path.c_str(), (args.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  bool created_file = false;  // by this call: removed again if creation is refused
+  if (p->fd_ < 0 && errno == ENOENT && may_create) {
+    Status s = check_create_args(args);  // refuse before the file exists
+    if (!s.ok()) return s;
+    p->fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (p->fd_ >= 0)
+      created_file = true;
+    else if (errno == EEXIST)  // created meanwhile by someone else: theirs
+      p->fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  }
   if (p->fd_ < 0) {
     if (errno == ENOENT) return {Code::kNotFound, "pool file '" + path + "' does not exist"};
     return {Code::kIoError, errno_text("cannot open pool file", path)};
@@ -77,61 +214,55 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   if (fstat(p->fd_, &st) != 0) return {Code::kIoError, errno_text("cannot stat", path)};
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
-  if (file_size == 0) {
-    if (!args.create || args.read_only)
-      return {Code::kNotAPool, "'" + path + "' is empty: not a pmhash pool"};
-    Status s = p->create_layout(args);
+  if (formattable(p->fd_, file_size)) {
+    if (!may_create)
+      return {Code::kNotAPool, file_size == 0 ? "'" + path + "' is empty: not a pmhash pool"
+                                              : "'" + path +
+                                                    "': pool creation did not finish (open "
+                                                    "with create to format it again)"};
+    Status s = check_create_args(args);
+    if (s.ok()) s = p->create_layout(args);
     if (!s.ok()) {
-      if (ftruncate(p->fd_, 0) != 0) { /* leave it empty as we found it */
+      if (created_file) {
+        unlink(path.c_str());
+      } else if (file_size == 0 && ftruncate(p->fd_, 0) != 0) { /* leave it empty */
       }
       return s;
     }
     *out = std::move(p);
     return Status::Ok();
   }
+  Status s = p->open_existing(args, file_size);
+  if (!s.ok()) return s;
+  *out = std::move(p);
+  return Status::Ok();
+}
 
-  // Validate everything from a copy of the header before mapping or writing anything.
+// Validates everything from a copy of the header before mapping or writing anything.
+Status Pool::open_existing(const PoolArgs& args, uint64_t file_size) {
   PoolHeader h{};
-  ssize_t got = pread(p->fd_, &h, sizeof h, 0);
-  if (got < 0) return {Code::kIoError, errno_text("cannot read", path)};
+  ssize_t got = pread(fd_, &h, sizeof h, 0);
+  if (got < 0) return {Code::kIoError, errno_text("cannot read", path_)};
   if (static_cast<size_t>(got) < sizeof kPoolMagic ||
       std::memcmp(h.magic, kPoolMagic, sizeof kPoolMagic) != 0)
-    return {Code::kNotAPool, "'" + path + "' is not a pmhash pool (no pool magic)"};
-  if (static_cast<size_t>(got) < sizeof h)
-    return {Code::kTruncated, "'" + path + "' is truncated: " + std::to_string(file_size) +
+    return {Code::kNotAPool, "'" + path_ + "' is not a pmhash pool (no pool magic)"};
+  if (static_cast<size_t>(got) < sizeof h || file_size < kHeaderRegion)
+    return {Code::kTruncated, "'" + path_ + "' is truncated: " + std::to_string(file_size) +
                                   " bytes, shorter than the pool header"};
-  if (h.format_version != kPoolFormatVersion)
-    return {Code::kUnsupportedVersion,
-            "'" + path + "' has pool format version " + std::to_string(h.format_version) +
-                "; this build reads version " + std::to_string(kPoolFormatVersion)};
-  if (header_checksum(h) != h.checksum)
-    return {Code::kChecksumMismatch, "'" + path + "': pool header checksum mismatch (corrupted)"};
-  if (file_size < h.pool_size)
-    return {Code::kTruncated, "'" + path + "' is truncated: " + std::to_string(file_size) +
-                                  " bytes, the header says " + std::to_string(h.pool_size)};
-  bool layout_ok = h.header_size == kHeaderRegion && h.chunk_size >= 4096 &&
-                   (h.chunk_size & (h.chunk_size - 1)) == 0 && h.nlanes == kLanes &&
-                   h.heap_offset % h.chunk_size == 0 &&
-                   h.heap_offset + h.nchunks * h.chunk_size <= h.pool_size &&
-                   h.chunk_table_offset + h.nchunks * 8 <= h.heap_offset &&
-                   h.bitmap_offset + h.nchunks * (h.chunk_size / 512) <= h.heap_offset &&
-                   h.lanes_offset + h.nlanes * kLaneBytes <= h.chunk_table_offset &&
-                   h.key_format <= 1;
-  if (!layout_ok)
-    return {Code::kCorrupted, "'" + path + "': pool header describes an impossible layout"};
+  Status s = validate_header(h, file_size, path_);
+  if (!s.ok()) return s;
   std::string scheme = fixed_string(h.scheme, sizeof h.scheme);
   if (!args.scheme.empty() && scheme != args.scheme)
     return {Code::kSchemeMismatch,
-            "'" + path + "' holds a '" + scheme + "' index, not '" + args.scheme + "'"};
+            "'" + path_ + "' holds a '" + scheme + "' index, not '" + args.scheme + "'"};
   if (!args.any_format && h.key_format != static_cast<uint32_t>(args.format))
-    return {Code::kFormatMismatch, "'" + path + "' holds the '" +
+    return {Code::kFormatMismatch, "'" + path_ + "' holds the '" +
                                        format_name(static_cast<Format>(h.key_format)) +
                                        "' format, not '" + format_name(args.format) + "'"};
-  p->size_ = h.pool_size;
-  Status s = p->map(args);
+  size_ = h.pool_size;
+  s = map(args);
   if (!s.ok()) return s;
-  p->was_clean_ = p->mutable_header().clean_shutdown == 1;
-  *out = std::move(p);
+  was_clean_ = mutable_header().clean_shutdown == 1;
   return Status::Ok();
 }
 
@@ -143,24 +274,32 @@ Status Pool::map(const PoolArgs& args) {
     return {Code::kIoError, std::string("libpmem2 config: ") + pmem2_errormsg()};
   pmem2_config_set_required_store_granularity(cfg, PMEM2_GRANULARITY_PAGE);
   pmem2_config_set_length(cfg, size_);
-  if (read_only_) pmem2_config_set_sharing(cfg, PMEM2_PRIVATE);  // writes stay in memory
+  // The granularity is the file's only with a shared mapping (a private one always says
+  // "byte"), so a read-only open learns it from a shared read-only probe first.
+  pmem2_granularity g = PMEM2_GRANULARITY_PAGE;
+  if (read_only_) {
+    pmem2_config_set_protection(cfg, PMEM2_PROT_READ);
+    pmem2_map* probe = nullptr;
+    if (pmem2_map_new(&probe, cfg, source_) == 0) {
+      g = pmem2_map_get_store_granularity(probe);
+      pmem2_map_delete(&probe);
+    }
+    pmem2_config_set_protection(cfg, PMEM2_PROT_READ | PMEM2_PROT_WRITE);
+    pmem2_config_set_sharing(cfg, PMEM2_PRIVATE);  // writes stay in memory
+  }
   int rc = pmem2_map_new(&map_, cfg, source_);
   pmem2_config_delete(&cfg);
   if (rc != 0) return {Code::kIoError, "cannot map '" + path_ + "': " + pmem2_errormsg()};
   base_ = static_cast<char*>(pmem2_map_get_address(map_));
   if (args.hook != nullptr) args.hook->on_map(base_, size_);
-  pmem2_granularity g = pmem2_map_get_store_granularity(map_);
+  if (!read_only_) g = pmem2_map_get_store_granularity(map_);
 
   bool dax = g != PMEM2_GRANULARITY_PAGE;
   Mode mode = args.mode;
   if (mode == Mode::kPm && !dax)
     return {Code::kInvalidArgument,
             "mode 'pm' asked for, but '" + path_ + "' is not on DAX/persistent memory"};
-  if (mode == Mode::kAuto) {
-    struct statfs fs {};
-    bool tmpfs = fstatfs(fd_, &fs) == 0 && fs.f_type == TMPFS_MAGIC;
-    mode = dax ? Mode::kPm : (tmpfs ? Mode::kEmulated : Mode::kMsync);
-  }
+  if (mode == Mode::kAuto) mode = detect_mode(fd_, dax);
   mode_ = mode;
   if (read_only_) {  // nothing reaches the file: report the mode, flush nothing
     persister_.instr = FlushInstr::kNothing;
@@ -191,32 +330,22 @@ Status Pool::map(const PoolArgs& args) {
   return Status::Ok();
 }
 
+// Creation is atomic as the next open sees it: the file is emptied, its first 8 bytes become
+// kCreatingMagic (one small write, synced), it is sized, the header is written and
+// persisted, and kPoolMagic replaces kCreatingMagic last. A kill at any step leaves an
+// empty file or one starting with kCreatingMagic: open(create) formats both.
 Status Pool::create_layout(const PoolArgs& args) {
-  if (args.scheme.empty() || args.scheme.size() >= sizeof(PoolHeader{}.scheme))
-    return {Code::kInvalidArgument, "a new pool needs a scheme name of 1-15 characters"};
-  if (args.params.size() >= sizeof(PoolHeader{}.params))
-    return {Code::kInvalidArgument, "scheme parameters too long for the pool header"};
-  uint64_t chunk = args.chunk_size;
-  if (chunk < 65536 || (chunk & (chunk - 1)) != 0)
-    return {Code::kInvalidArgument, "chunk size must be a power of two >= 64 KiB"};
-  // Solve for the chunk count: metadata grows with it.
-  uint64_t lanes_off = kHeaderRegion;
-  uint64_t table_off = lanes_off + kLanes * kLaneBytes;
-  uint64_t n = args.pool_size / chunk;
-  uint64_t bitmap_off = 0, heap_off = 0;
-  for (;; --n) {
-    if (n == 0)
-      return {Code::kInvalidArgument,
-              "pool size " + std::to_string(args.pool_size) + " is too small"};
-    bitmap_off = align_up(table_off + n * 8, 64);
-    heap_off = align_up(bitmap_off + n * (chunk / 512), chunk);
-    if (heap_off + n * chunk <= args.pool_size) break;
-  }
-  uint64_t pool_size = heap_off + n * chunk;
-  if (ftruncate(fd_, static_cast<off_t>(pool_size)) != 0)
+  Layout l{};
+  Status s = plan_layout(args.pool_size, args.chunk_size, &l);
+  if (!s.ok()) return s;
+  if (ftruncate(fd_, 0) != 0 ||
+      pwrite(fd_, kCreatingMagic, sizeof kCreatingMagic, 0) != sizeof kCreatingMagic ||
+      fdatasync(fd_) != 0)
+    return {Code::kIoError, errno_text("cannot start creating pool", path_)};
+  if (ftruncate(fd_, static_cast<off_t>(l.pool_size)) != 0)
     return {Code::kIoError, errno_text("cannot size pool file", path_)};
-  size_ = pool_size;
-  Status s = map(args);
+  size_ = l.pool_size;
+  s = map(args);
   if (!s.ok()) return s;
 
   PoolHeader h{};
@@ -227,20 +356,20 @@ Status Pool::create_layout(const PoolArgs& args) {
   h.key_format = static_cast<uint32_t>(args.format);
   std::random_device rd;
   for (auto& b : h.uuid) b = static_cast<uint8_t>(rd());
-  h.pool_size = pool_size;
-  h.chunk_size = chunk;
-  h.heap_offset = heap_off;
-  h.nchunks = n;
-  h.chunk_table_offset = table_off;
-  h.bitmap_offset = bitmap_off;
-  h.lanes_offset = lanes_off;
+  h.pool_size = l.pool_size;
+  h.chunk_size = l.chunk_size;
+  h.heap_offset = l.heap_off;
+  h.nchunks = l.nchunks;
+  h.chunk_table_offset = l.table_off;
+  h.bitmap_offset = l.bitmap_off;
+  h.lanes_offset = l.lanes_off;
   h.nlanes = kLanes;
   std::memcpy(h.params, args.params.data(), args.params.size());
   h.checksum = header_checksum(h);
-  // The file is freshly truncated, so all metadata is zero (free). Write the header with a
-  // zeroed magic first and the magic last, so a crash mid-create never leaves a valid pool.
+  // All metadata is zero (free, unpublished). The header goes in with kCreatingMagic still
+  // in place; the magic is the last store.
   PoolHeader staged = h;
-  std::memset(staged.magic, 0, sizeof staged.magic);
+  std::memcpy(staged.magic, kCreatingMagic, sizeof staged.magic);
   std::memcpy(base_, &staged, sizeof staged);
   persister_.persist(base_, kHeaderRegion);
   std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(base_))

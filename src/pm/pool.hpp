@@ -4,7 +4,8 @@
 // On-media layout (offsets in bytes):
 //
 //   0      PoolHeader (256 B, immutable after creation, checksummed)
-//   512    MutableHeader: clean_shutdown (8 B), root (8 B) — each changed by one 8-byte store
+//   512    MutableHeader: clean_shutdown, root, published (8 B each), each changed by one
+//          8-byte store
 //   4096   lanes: kLanes x 256 B redo logs of the allocator (pm/allocator.hpp)
 //   ...    chunk table: one 8-byte word per heap chunk (free / large run / slab of a class)
 //   ...    slab bitmaps: chunk_size/512 bytes per chunk, one bit per 64-byte block
@@ -26,10 +27,15 @@ struct pmem2_source;
 namespace pmhash::pm {
 
 inline constexpr char kPoolMagic[8] = {'P', 'M', 'H', 'A', 'S', 'H', 'P', 'L'};
-inline constexpr uint32_t kPoolFormatVersion = 1;
+// The first 8 bytes of a file while pmhash creates a pool in it (written before the file is
+// sized, replaced by kPoolMagic last): such a file is formatted again by open(create).
+inline constexpr char kCreatingMagic[8] = {'P', 'M', 'H', 'A', 'S', 'H', 'N', 'W'};
+// 2: the mutable header's `published` word (version 1 pools are refused, not guessed at).
+inline constexpr uint32_t kPoolFormatVersion = 2;
 inline constexpr uint64_t kHeaderRegion = 4096;
 inline constexpr uint64_t kLanes = 64;
 inline constexpr uint64_t kLaneBytes = 256;
+inline constexpr uint32_t kMaxDelayNs = 1'000'000;  // injected PM write delay per line
 
 //  0 magic[8] | 8 format_version u32 | 12 header_size u32 | 16 scheme[16] |
 // 32 key_format u32 | 36 reserved u32 | 40 uuid[16] | 56 pool_size | 64 chunk_size |
@@ -60,7 +66,15 @@ inline constexpr uint64_t kMutableHeaderOffset = 512;
 struct MutableHeader {
   uint64_t clean_shutdown;  // 1 after a clean close; 0 while open
   uint64_t root;            // offset of the scheme's root object; 0 until created
+  uint64_t published;       // kPublished from the commit that set root; 0 before
 };
+// Set in the same redo-logged commit as the root: a root of 0 means "creation never
+// finished" only when published is 0 too; any other combination is damage.
+inline constexpr uint64_t kPublished = 0x4448'5349'4c42'5550ull;  // "PUBLISHD"
+
+// The valid values of the public enums (hostile callers pass anything).
+bool valid_mode(Mode m);
+std::string mode_range();  // "auto(0), pm(1), ..." for error messages
 
 uint64_t header_checksum(const PoolHeader& h);
 
@@ -91,9 +105,17 @@ class Pool {
   MutableHeader& mutable_header() const {
     return *reinterpret_cast<MutableHeader*>(base_ + kMutableHeaderOffset);
   }
+  // Unchecked: only for offsets that open/recovery validated (docs/pool-format.md, "Trust").
   template <class T>
   T* ptr(uint64_t off) const {
     return reinterpret_cast<T*>(base_ + off);
+  }
+  // The one bounds-checked accessor for offsets read from the pool: `count` objects of T at
+  // `off`, or null when off is 0, misaligned for T, or the range leaves the pool.
+  template <class T>
+  T* checked(uint64_t off, uint64_t count = 1) const {
+    if (off == 0 || off % alignof(T) != 0 || count > size_ / sizeof(T)) return nullptr;
+    return contains(off, count * sizeof(T)) ? ptr<T>(off) : nullptr;
   }
   uint64_t offset(const void* p) const {
     return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
@@ -111,7 +133,10 @@ class Pool {
   bool was_clean() const { return was_clean_; }  // clean flag found at open
   bool read_only() const { return read_only_; }
   uint64_t root() const;
+  bool published() const;      // the published word holds kPublished
   void set_clean(bool clean);  // 8-byte store + persist
+  // Root word and published word agree: {0, 0} (creation unfinished) or {root, kPublished}.
+  Status check_root_state() const;
 
   // Test-only fault injection ("mutations") used to prove the crash harness has teeth.
   uint64_t mutations = 0;
@@ -120,6 +145,7 @@ class Pool {
   Pool() = default;
   Status map(const PoolArgs& args);
   Status create_layout(const PoolArgs& args);
+  Status open_existing(const PoolArgs& args, uint64_t file_size);
 
   std::string path_;
   int fd_ = -1;
@@ -132,6 +158,16 @@ class Pool {
   bool was_clean_ = false;
   bool read_only_ = false;
 };
+
+// Where a pool of `pool_size` bytes puts its metadata and heap (pure; validates the sizes).
+struct Layout {
+  uint64_t pool_size, chunk_size, nchunks, lanes_off, table_off, bitmap_off, heap_off;
+};
+Status plan_layout(uint64_t pool_size, uint64_t chunk_size, Layout* out);
+// Every check open makes of a header copy, without the file: the first problem, or Ok.
+Status validate_header(const PoolHeader& h, uint64_t file_size, const std::string& path);
+// How durability is obtained for a file: the one mode detection (library and tools).
+Mode detect_mode(int fd, bool dax);
 
 // A mutation is active when its bit is set in Pool::mutations. Compiled out without hooks.
 #ifdef PMHASH_CRASH_HOOKS

@@ -6,8 +6,11 @@
 //   pmhash import FILE POOL --scheme S [--format fixed|variable] [--params k=v,..]
 //                             [--pool-size BYTES]
 //   pmhash bench ...          the benchmark driver (pmhash-bench)
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -41,36 +44,68 @@ int fail(const std::string& what) {
   return 1;
 }
 
-// Opens whatever scheme and format the pool holds, without changing the file.
-Status open_read_only(const std::string& path, std::unique_ptr<Index>* out) {
+// Opens whatever scheme and format the pool holds, without changing the file. `report`
+// collects every problem validation finds.
+Status open_read_only(const std::string& path, std::unique_ptr<Index>* out,
+                      std::string* report = nullptr) {
   OpenHooks h;
   h.read_only = true;
   h.any_scheme = true;
+  h.report = report;
   Options o;
   o.create = false;
   return open_index(path, o, h, out);
 }
 
-int info(const std::string& path) {
-  std::unique_ptr<Index> idx;
-  Status s = open_read_only(path, &idx);
-  if (!s.ok()) return fail(s.to_string());
-  Stats st = idx->stats();
-  const pm::Pool& pool = *idx->impl()->pool;
+std::string uuid_text(const uint8_t* u) {
   char uuid[40];
-  const uint8_t* u = pool.header().uuid;
   std::snprintf(uuid, sizeof uuid,
                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
                 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
                 u[15]);
+  return uuid;
+}
+
+// What the header says, read with pread (no mapping): printed even when the index cannot be
+// opened. False when there is no header to speak of.
+bool print_header(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  pm::PoolHeader h{};
+  struct stat st {};
+  ssize_t got = pread(fd, &h, sizeof h, 0);
+  bool have = fstat(fd, &st) == 0 && got == static_cast<ssize_t>(sizeof h) &&
+              std::memcmp(h.magic, pm::kPoolMagic, 8) == 0;
+  ::close(fd);
+  if (!have) return false;
+  Status hs = pm::validate_header(h, static_cast<uint64_t>(st.st_size), path);
   std::printf("pool:         %s\n", path.c_str());
-  std::printf("uuid:         %s\n", uuid);
-  std::printf("scheme:       %s (layout %s)\n", st.scheme.c_str(), pool.params().c_str());
-  std::printf("format:       %s\n", format_name(st.format));
+  if (!hs.ok())
+    std::printf("header:       DAMAGED (%s); the fields below are unverified\n",
+                hs.to_string().c_str());
+  std::printf("uuid:         %s\n", uuid_text(h.uuid).c_str());
+  std::printf("scheme:       %s (layout %s)\n",
+              std::string(h.scheme, strnlen(h.scheme, 16)).c_str(),
+              std::string(h.params, strnlen(h.params, sizeof h.params)).c_str());
+  std::printf("format:       %s\n",
+              h.key_format <= 1 ? format_name(static_cast<Format>(h.key_format)) : "? (damaged)");
+  std::printf("pool bytes:   %llu (file %llu)\n", static_cast<unsigned long long>(h.pool_size),
+              static_cast<unsigned long long>(st.st_size));
+  return true;
+}
+
+int info(const std::string& path) {
+  std::unique_ptr<Index> idx;
+  Status s = open_read_only(path, &idx);
+  if (!s.ok()) {
+    if (!print_header(path)) return fail(s.to_string());
+    std::printf("index:        cannot be opened: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  print_header(path);
+  Stats st = idx->stats();
   std::printf("mode:         %s\n", mode_name(st.mode));
-  std::printf("pool bytes:   %llu (allocated %llu)\n",
-              static_cast<unsigned long long>(st.pool_bytes),
-              static_cast<unsigned long long>(st.pm_bytes));
+  std::printf("allocated:    %llu bytes\n", static_cast<unsigned long long>(st.pm_bytes));
   std::printf("keys:         %llu\n", static_cast<unsigned long long>(st.size));
   std::printf("load factor:  %.3f\n", st.load_factor);
   std::printf("last close:   %s\n",
@@ -78,16 +113,32 @@ int info(const std::string& path) {
   return 0;
 }
 
+// Every problem found, one per line; exit 1 on any damage.
 int check(const std::string& path) {
   std::unique_ptr<Index> idx;
-  Status s = open_read_only(path, &idx);
-  if (!s.ok()) return fail(s.to_string());
   std::string report;
+  Status s = open_read_only(path, &idx, &report);
+  if (!s.ok()) {
+    if (s.code() != Code::kCorrupted) return fail(s.to_string());
+    std::printf("%s: PROBLEMS FOUND (the index cannot be opened: corrupted)\n%s", path.c_str(),
+                report.empty() ? (s.message() + "\n").c_str() : report.c_str());
+    return 1;
+  }
   bool ok = idx->impl()->check(&report);
   std::printf("%s: %s, %llu keys: %s\n", path.c_str(), idx->stats().scheme.c_str(),
               static_cast<unsigned long long>(idx->size()), ok ? "clean" : "PROBLEMS FOUND");
   if (!ok) std::printf("%s", report.c_str());
   return ok ? 0 : 1;
+}
+
+bool parse_u64(const std::string& v, uint64_t* out) {
+  if (v.empty() || v[0] == '-') return false;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0) return false;
+  *out = x;
+  return true;
 }
 
 void put32(std::ostream& o, uint32_t v) {
@@ -195,10 +246,14 @@ int main(int argc, char** argv) {
       std::string v = argv[++i];
       if (a == "--scheme")
         o.scheme = v;
-      else if (a == "--format")
+      else if (a == "--format" && (v == "fixed" || v == "variable"))
         o.format = v == "variable" ? Format::kVariable : Format::kFixed;
+      else if (a == "--format")
+        return fail("--format must be 'fixed' or 'variable', not '" + v + "'");
+      else if (a == "--pool-size" && !parse_u64(v, &o.pool_size))
+        return fail("--pool-size must be a byte count (an unsigned integer), not '" + v + "'");
       else if (a == "--pool-size")
-        o.pool_size = std::stoull(v);
+        continue;
       else if (a == "--params") {
         std::stringstream ss(v);
         for (std::string kv; std::getline(ss, kv, ',');)

@@ -1283,7 +1283,10 @@ void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::hdnh
 
 namespace pmhash {
+namespace hdnh {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kHdnhFactory;
 const SchemeFactory kHdnhFactory = {"hdnh", &hdnh::Hdnh::layout, &hdnh::Hdnh::create,
-                                    &hdnh::Hdnh::open};
+                                    &hdnh::Hdnh::open, &hdnh::validate};
 }  // namespace pmhash

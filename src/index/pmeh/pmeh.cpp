@@ -1391,7 +1391,10 @@ void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::pmeh
 
 namespace pmhash {
+namespace pmeh {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kPmehFactory;
 const SchemeFactory kPmehFactory = {"pmeh", &pmeh::Pmeh::layout, &pmeh::Pmeh::create,
-                                    &pmeh::Pmeh::open};
+                                    &pmeh::Pmeh::open, &pmeh::validate};
 }  // namespace pmhash

@@ -83,10 +83,9 @@ Status SmartHT::layout(const Options& o, common::Params* layout) {
   if (!p.get_u64("buckets", pow2_at_least(std::max<uint64_t>(1024, expected / 4)), &heads) ||
       heads == 0 || heads > (uint64_t{1} << 32))
     return {Code::kInvalidArgument, "smartht: 'buckets' (head buckets) must be 1..2^32"};
-  if (!p.get_u64("stripe", 256, &stripe) || stripe == 0)
-    return {Code::kInvalidArgument, "smartht: 'stripe' (head buckets per lock) must be > 0"};
-  if (!p.get_u64("filter_keys", expected, &filter_keys) || filter_keys == 0)
-    return {Code::kInvalidArgument, "smartht: 'filter_keys' must be > 0"};
+  Status s = p.get_u64("smartht", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
+  if (s.ok()) s = p.get_u64("smartht", "filter_keys", expected, 1, uint64_t{1} << 40, &filter_keys);
+  if (!s.ok()) return s;
   layout->set("buckets", std::to_string(heads));
   layout->set("stripe", std::to_string(stripe));
   layout->set("filter_keys", std::to_string(filter_keys));
@@ -602,7 +601,11 @@ void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::smartht
 
 namespace pmhash {
+namespace smartht {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kSmartHTFactory;
 const SchemeFactory kSmartHTFactory = {"smartht", &smartht::SmartHT::layout,
-                                       &smartht::SmartHT::create, &smartht::SmartHT::open};
+                                       &smartht::SmartHT::create, &smartht::SmartHT::open,
+                                       &smartht::validate};
 }  // namespace pmhash

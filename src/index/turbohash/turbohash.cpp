@@ -537,8 +537,11 @@ void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::turbohash
 
 namespace pmhash {
+namespace turbohash {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kTurboHashFactory;
 const SchemeFactory kTurboHashFactory = {"turbohash", &turbohash::TurboHash::layout,
-                                         &turbohash::TurboHash::create,
-                                         &turbohash::TurboHash::open};
+                                         &turbohash::TurboHash::create, &turbohash::TurboHash::open,
+                                         &turbohash::validate};
 }  // namespace pmhash

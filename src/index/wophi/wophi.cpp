@@ -51,10 +51,11 @@ Status Wophi::layout(const Options& o, common::Params* layout) {
   if (!p.get_u64("buckets", pow2_at_least(std::max<uint64_t>(16, expected / 2)), &n) || n == 0 ||
       n > (uint64_t{1} << 32))
     return {Code::kInvalidArgument, "wophi: 'buckets' (main buckets) must be 1..2^32"};
-  if (!p.get_u64("stripe", 256, &stripe) || stripe == 0)
-    return {Code::kInvalidArgument, "wophi: 'stripe' (buckets per lock) must be > 0"};
-  if (!p.get_u64("pab_buckets", std::max<uint64_t>(16, n / 4), &pab) || pab == 0)
-    return {Code::kInvalidArgument, "wophi: 'pab_buckets' (initial PAB buckets) must be > 0"};
+  Status s = p.get_u64("wophi", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
+  if (s.ok())
+    s = p.get_u64("wophi", "pab_buckets", std::max<uint64_t>(16, n / 4), 1, uint64_t{1} << 32,
+                  &pab);
+  if (!s.ok()) return s;
   layout->set("buckets", std::to_string(n));
   layout->set("stripe", std::to_string(stripe));
   layout->set("pab_buckets", std::to_string(pab));
@@ -469,7 +470,10 @@ void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
 }  // namespace pmhash::wophi
 
 namespace pmhash {
+namespace wophi {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
 extern const SchemeFactory kWophiFactory;
 const SchemeFactory kWophiFactory = {"wophi", &wophi::Wophi::layout, &wophi::Wophi::create,
-                                     &wophi::Wophi::open};
+                                     &wophi::Wophi::open, &wophi::validate};
 }  // namespace pmhash
