@@ -38,7 +38,6 @@ SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
   uint64_t cap = 0;
   ctx.layout.get_u64("filter_keys", 1u << 20, &cap);
   initial_capacity_ = std::max<uint64_t>(cap, 1024);
-  rebuilder_ = std::make_unique<common::Worker>([this] { rebuild_filter(); });
   if (start == Start::kFresh) {
     if (use_filter_) filter_.store(make_filter(initial_capacity_));
     counts_valid_ = true;
@@ -50,11 +49,11 @@ SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
   invalidate_saved_filter();
   // After a crash, or a close that saved no current filter, the VFL is rebuilt from the
   // PDL in the background; searches bypass it until it is ready (lazy recovery).
-  if (!loaded) rebuilder_->wake();
+  if (!loaded) start_rebuilder()->wake();
 }
 
 SmartHT::~SmartHT() {
-  rebuilder_->stop();
+  stop();
   free_filter(*filters_, filter_.load());
   free_filter(*filters_, building_.load());
 }
@@ -312,8 +311,19 @@ uint64_t SmartHT::chain_buckets() const {
   return n;
 }
 
+common::Worker* SmartHT::start_rebuilder() {
+  if (common::Worker* w = rebuilder_.load(std::memory_order_acquire)) return w;
+  std::lock_guard<std::mutex> g(worker_mu_);
+  if (stopped_) return nullptr;
+  if (!worker_) {
+    worker_ = std::make_unique<common::Worker>([this] { rebuild_filter(); });
+    rebuilder_.store(worker_.get(), std::memory_order_release);
+  }
+  return worker_.get();
+}
+
 void SmartHT::wait_for_filter() const {
-  rebuilder_->wait_idle();
+  if (common::Worker* w = rebuilder_.load(std::memory_order_acquire)) w->wait_idle();
 }
 
 // Policy (the paper is silent): when the keys added since the filter was sized (deleted keys
@@ -327,7 +337,10 @@ bool SmartHT::filter_too_small() const {
 }
 
 void SmartHT::maybe_resize_filter() {
-  if (!rebuilder_->busy() && filter_too_small()) rebuilder_->wake();  // wakes coalesce
+  common::Worker* w = rebuilder_.load(std::memory_order_acquire);
+  if ((w == nullptr || !w->busy()) && filter_too_small()) {
+    if ((w = start_rebuilder()) != nullptr) w->wake();  // wakes coalesce
+  }
 }
 
 // The worker's task. A crash recovery (no filter, or stripe counts unknown) always builds;
@@ -370,7 +383,7 @@ bool SmartHT::build_filter(BloomFilter* f) {
   for (unsigned t = 0; t < n; ++t) {
     ts.emplace_back([&, t] {
       std::vector<uint64_t> hashes;
-      for (uint64_t s = t; s < nstripes_ && !rebuilder_->stopping(); s += n) {
+      for (uint64_t s = t; s < nstripes_ && !rebuilder_.load()->stopping(); s += n) {
         Stripe& st = stripes_[s];
         std::shared_lock<std::shared_mutex> lock(st.lock);
         uint64_t my_chains = 0;
@@ -394,7 +407,7 @@ bool SmartHT::build_filter(BloomFilter* f) {
     });
   }
   for (auto& t : ts) t.join();
-  return !rebuilder_->stopping();
+  return !rebuilder_.load()->stopping();
 }
 
 // The stripe counts always; the filter too unless it is off (then it would go stale).
@@ -436,7 +449,7 @@ void SmartHT::invalidate_saved_filter() {
 // set. A rebuild in progress is waited for, so the saved filter is complete. With the filter
 // off, or no room for it, nothing is saved and the flag stays 0: the next open rebuilds.
 void SmartHT::close() {
-  rebuilder_->wait_idle();
+  wait_for_filter();
   if (!use_filter_ || !counts_valid_.load()) return;
   BloomFilter* f = filter_.load();
   if (f != nullptr && building_.load() == nullptr) save_filter(*f);
@@ -479,7 +492,9 @@ void SmartHT::save_filter(const BloomFilter& f) {
 }
 
 void SmartHT::stop() {
-  rebuilder_->stop();
+  std::lock_guard<std::mutex> g(worker_mu_);
+  stopped_ = true;
+  if (worker_) worker_->stop();
 }
 
 // ---- introspection ----

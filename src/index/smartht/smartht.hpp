@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 
 #include "common/bloom_filter.hpp"
@@ -119,8 +120,14 @@ class SmartHT final : public Scheme {
   std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
   std::shared_ptr<FilterAccounting> filters_{std::make_shared<FilterAccounting>()};
   std::unique_ptr<ThreadStats[]> tstats_;
-  // Filter builds (crash recovery, resizing) run here; stopped by stop() or the destructor.
-  std::unique_ptr<common::Worker> rebuilder_;
+  // Filter builds (crash recovery, resizing) run on one worker, started by the first
+  // request (a process that forks keeps no idle thread per index) and stopped by stop() or
+  // the destructor; `rebuilder_` is null until then.
+  common::Worker* start_rebuilder();  // null once stopped
+  std::mutex worker_mu_;
+  bool stopped_ = false;                    // under worker_mu_
+  std::unique_ptr<common::Worker> worker_;  // under worker_mu_
+  std::atomic<common::Worker*> rebuilder_{nullptr};
 };
 
 }  // namespace pmhash::smartht

@@ -30,8 +30,6 @@ Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
   // Buckets past the capacity do not exist (an older version could persist such a count).
   pab_next_ = std::min(root_->expand_bucket_num, pab_cap_.load());
   if (after_crash) recover_pab();
-  if (use_pab_ && grow_in_background_)
-    grower_ = std::make_unique<common::Worker>([this] { grow_in_background(); });
 }
 
 Wophi::~Wophi() {
@@ -39,7 +37,20 @@ Wophi::~Wophi() {
 }
 
 void Wophi::stop() {
-  if (grower_) grower_->stop();
+  std::lock_guard<std::mutex> g(worker_mu_);
+  stopped_ = true;
+  if (worker_) worker_->stop();
+}
+
+common::Worker* Wophi::start_grower() {
+  if (common::Worker* w = grower_.load(std::memory_order_acquire)) return w;
+  std::lock_guard<std::mutex> g(worker_mu_);
+  if (stopped_) return nullptr;
+  if (!worker_) {
+    worker_ = std::make_unique<common::Worker>([this] { grow_in_background(); });
+    grower_.store(worker_.get(), std::memory_order_release);
+  }
+  return worker_.get();
 }
 
 Status Wophi::layout(const Options& o, common::Params* layout) {
@@ -323,10 +334,12 @@ Status Wophi::grow_pab() {
 // Off the critical path: at 75% use, the worker adds the next area. After a failed growth
 // only an inline growth (a take finding the PAB exhausted) tries again.
 void Wophi::maybe_grow_in_background() {
-  if (!grower_ || grow_failed_.load(std::memory_order_relaxed)) return;
+  if (!grow_in_background_ || grow_failed_.load(std::memory_order_relaxed)) return;
   if (pab_next_.load(std::memory_order_relaxed) * 4 < pab_cap_.load(std::memory_order_relaxed) * 3)
     return;
-  if (!grower_->busy()) grower_->wake();  // wakes coalesce
+  common::Worker* w = grower_.load(std::memory_order_acquire);
+  if (w != nullptr && w->busy()) return;  // wakes coalesce
+  if ((w = start_grower()) != nullptr) w->wake();
 }
 
 void Wophi::grow_in_background() {
@@ -353,7 +366,8 @@ void Wophi::recover_pab() {
 }
 
 void Wophi::close() {
-  if (grower_) grower_->wait_idle();  // a growth in progress commits first
+  // A growth in progress commits first.
+  if (common::Worker* w = grower_.load(std::memory_order_acquire)) w->wait_idle();
   // Clean shutdown: the counter is exact again (holes left by a crash are lost space).
   std::atomic_ref<uint64_t>(root_->expand_bucket_num).store(pab_next_.load());
   pool_.persister().persist(&root_->expand_bucket_num, 8);

@@ -119,9 +119,14 @@ class Wophi final : public Scheme {
   // The last growth failed (pool full): no background retries until an inline one succeeds.
   std::atomic<bool> grow_failed_{false};
   std::atomic<uint64_t> grows_{0}, grow_failures_{0}, allocs_on_write_{0};
-  // Background PAB growth (pab_grow=background); null otherwise. Stopped by stop() or the
-  // destructor.
-  std::unique_ptr<common::Worker> grower_;
+  // Background PAB growth (pab_grow=background) runs on one worker, started by the first
+  // request (a process that forks keeps no idle thread per index) and stopped by stop() or
+  // the destructor; `grower_` is null until then.
+  common::Worker* start_grower();  // null once stopped
+  std::mutex worker_mu_;
+  bool stopped_ = false;                    // under worker_mu_
+  std::unique_ptr<common::Worker> worker_;  // under worker_mu_
+  std::atomic<common::Worker*> grower_{nullptr};
 };
 
 }  // namespace pmhash::wophi
