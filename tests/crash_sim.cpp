@@ -36,26 +36,32 @@ void CrashSim::on_map(char* base, size_t size) {
 // In multi-threaded mode every hook call takes mu_: while one thread is at a crash point,
 // the others park at their next flush or fence.
 // Hook calls always serialize (an index may flush from a background thread too).
+namespace {
+thread_local bool tls_reader = false;  // this thread is a reader (not counted in busy_)
+}
+
 std::unique_lock<std::mutex> CrashSim::park() {
   std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
-  if (multi_threaded) parked_++;
+  bool count = multi_threaded && !tls_reader;
+  if (count) parked_++;
   lk.lock();
-  if (multi_threaded) parked_--;
+  if (count) parked_--;
   return lk;
 }
 
-void CrashSim::op_begin() {
+void CrashSim::op_begin(bool reader) {
   if (!multi_threaded) return;
+  tls_reader = reader;
   for (;;) {  // no operation starts while the world is stopped
-    busy_++;
+    if (!reader) busy_++;
     if (!stop_.load()) return;
-    busy_--;
+    if (!reader) busy_--;
     while (stop_.load()) std::this_thread::yield();
   }
 }
 
-void CrashSim::op_end() {
-  if (multi_threaded) busy_--;
+void CrashSim::op_end(bool reader) {
+  if (multi_threaded && !reader) busy_--;
 }
 
 void CrashSim::snapshot_ordered(uint64_t line, bool flushed) {
@@ -303,9 +309,17 @@ struct Harness {
   std::mutex state_mu;
   Model acked;
   std::vector<std::optional<Op>> inflight;
+  // Durable linearizability: per key, the number of acknowledged operations (its
+  // generation) and the result of the last completed read made while the generation did
+  // not change (so it saw the acknowledged state or the operation in flight on that key).
+  std::map<std::string, uint64_t> key_gen;
+  std::map<std::string, std::optional<std::string>> observed;  // valid at key_gen
+  std::map<std::string, uint64_t> observed_gen;
+  std::atomic<bool> workers_done{false};
   // The snapshot the current crash point is checked against.
   Model snap_acked;
   std::vector<Op> snap_inflight;
+  std::map<std::string, std::optional<std::string>> snap_observed;
 
   void fail(const std::string& what) {
     res.failures++;
@@ -318,7 +332,8 @@ struct Harness {
   // operation. Returns the model of what it found (for the follow-up).
   bool verify(Index& idx, Model* matched, const std::string& where) {
     std::string report;
-    if (!idx.impl()->check(&report)) {
+    uint64_t size_first = cfg.introspect_first ? idx.size() : 0;
+    if (!cfg.introspect_first && !idx.impl()->check(&report)) {
       fail(where + ": check failed: " + report.substr(0, 300));
       return false;
     }
@@ -332,6 +347,15 @@ struct Harness {
         },
         &ctx);
     if (dup) fail(where + ": a key appears twice");
+    if (cfg.introspect_first) {
+      if (size_first != got.size())
+        fail(where + ": size() as the first call after recovery is " + std::to_string(size_first) +
+             ", for_each visits " + std::to_string(got.size()));
+      if (!idx.impl()->check(&report)) {
+        fail(where + ": check failed: " + report.substr(0, 300));
+        return false;
+      }
+    }
     for (auto& [k, v] : got)
       if (!value_ok(k, v, fixed)) {
         fail(where + ": torn value");
@@ -361,6 +385,19 @@ struct Harness {
     for (const std::string& k : keys) {
       std::optional<std::string> g = value_at(got, k), want = value_at(a, k);
       auto it = alt.find(k);
+      auto ob = snap_observed.find(k);
+      if (ob != snap_observed.end()) {
+        // A completed read saw ob->second: the crash must not take it back.
+        const auto& seen = ob->second;
+        if (it == alt.end() ? seen != want
+                            : seen != it->second.first && seen != it->second.second) {
+          detail = "a read returned a value that was neither acknowledged nor in flight";
+        } else if (it != alt.end() && seen != it->second.first && g != seen) {
+          detail = std::string("a completed read saw the in-flight operation's ") +
+                   (seen ? "value" : "delete") + ", the crash took it back";
+        }
+      }
+      if (!detail.empty()) break;
       if (it != alt.end()) {
         if (g != it->second.first && g != it->second.second)
           detail = "an in-flight operation was partially applied";
@@ -447,6 +484,10 @@ struct Harness {
       snap_inflight.clear();
       for (auto& op : inflight)
         if (op) snap_inflight.push_back(*op);
+      snap_observed.clear();
+      for (auto& [k, obs] : observed)
+        if (observed_gen[k] == key_gen[k]) snap_observed[k] = obs;
+      res.read_constraints += snap_observed.size();
     }
     std::vector<char> buf;
     std::vector<std::pair<CrashSim::Mix, uint64_t>> mixes = {{CrashSim::Mix::kAllOld, 0},
@@ -486,6 +527,7 @@ struct Harness {
         std::lock_guard<std::mutex> g(state_mu);
         inflight[t].reset();
         e = apply(acked, op);
+        key_gen[op.key]++;
         wrong_value =
             op.kind == OpKind::kGet && c == Code::kOk && (acked.get(op.key, &want), want != got);
       }
@@ -495,6 +537,35 @@ struct Harness {
         fail("workload op " + std::to_string(i) + " of thread " + std::to_string(t) + " returned " +
              code_name(c) + ", model " + code_name(e) + (wrong_value ? " (wrong value)" : ""));
       }
+    }
+  }
+
+  // A reader: random keys of every worker; each completed read is recorded (see observed).
+  void reader(Index& idx, CrashSim& sim, int r) {
+    std::mt19937_64 rng(cfg.seed * 31 + 7 * r);
+    std::string got;
+    while (!workers_done.load() && res.failures == 0) {
+      std::string key = make_key(uint64_t(rng() % cfg.threads) * 1000000 + rng() % cfg.keys, fixed);
+      sim.op_begin(true);
+      uint64_t gen;
+      {
+        std::lock_guard<std::mutex> g(state_mu);
+        gen = key_gen[key];
+      }
+      Status s = idx.get(key, &got);
+      std::optional<std::string> obs;
+      if (s.ok()) obs = got;
+      std::lock_guard<std::mutex> g(state_mu);
+      res.reads++;
+      if (!s.ok() && s.code() != Code::kNotFound) {
+        fail("reader: get returned " + s.to_string());
+      } else if (obs && !value_ok(key, *obs, fixed)) {
+        fail("reader: torn value");
+      } else if (key_gen[key] == gen) {
+        observed[key] = obs;
+        observed_gen[key] = gen;
+      }
+      sim.op_end(true);
     }
   }
 };
@@ -531,9 +602,16 @@ CrashResult run_crash_test(const CrashConfig& cfg) {
       if (cfg.threads == 1) {
         h.worker(*idx, sim, 0);  // on the thread that opened the pool: it takes the crashes
       } else {
-        std::vector<std::thread> ts;
+        // Yields and short sleeps at the persistence primitives widen the window between a
+        // store and its persist, so readers run inside it.
+        pm::chaos_level.store(32);
+        std::vector<std::thread> ts, rs;
         for (int t = 0; t < cfg.threads; ++t) ts.emplace_back([&, t] { h.worker(*idx, sim, t); });
+        for (int r = 0; r < cfg.readers; ++r) rs.emplace_back([&, r] { h.reader(*idx, sim, r); });
         for (auto& t : ts) t.join();
+        h.workers_done = true;
+        for (auto& t : rs) t.join();
+        pm::chaos_level.store(0);
       }
       idx->impl()->scheme->counters(&res.counters);
       sim.at_crash_point = nullptr;

@@ -44,8 +44,10 @@ class CrashSim : public pm::PersistHook {
   uint64_t crash_every = 1;  // crash at every n-th fence
   double sample_rate = 1.0;  // sampled mode: crash at a seeded random fraction of the fences
   uint64_t sample_seed = 1;
-  void op_begin();
-  void op_end();
+  // Reader threads (reader = true) do not count as busy: they never hold a PM write in
+  // progress, so the crashing thread does not wait for them to park.
+  void op_begin(bool reader = false);
+  void op_end(bool reader = false);
   size_t dirty_words() { return dirty().size(); }
 
  private:
@@ -93,8 +95,12 @@ struct CrashConfig {
   uint64_t pool_size = 2u << 20;
   uint64_t chunk_size = 64u << 10;
   int threads = 1;           // > 1: concurrent workers on disjoint keys, stop-the-world crashes
+  int readers = 0;           // with threads > 1: reader threads over every worker's keys
   uint64_t crash_every = 1;  // crash at every n-th fence
   double sample_rate = 1.0;  // < 1: sampled mode, a seeded random subset of the fences
+  // The first calls on a recovered index are size() and for_each() (before check(), which
+  // could otherwise repair or mask what they would report).
+  bool introspect_first = false;
 };
 
 struct CrashResult {
@@ -102,7 +108,9 @@ struct CrashResult {
   uint64_t recovery_states = 0;  // of which crashed inside recovery
   uint64_t crash_points = 0;
   uint64_t failures = 0;
-  std::vector<std::string> messages;       // first few failures
+  uint64_t reads = 0;                 // completed reads by reader threads
+  uint64_t read_constraints = 0;      // reads checked at a crash point (value seen, must survive)
+  std::vector<std::string> messages;  // first few failures
   std::map<std::string, double> counters;  // the workload index's counters at the end
 };
 

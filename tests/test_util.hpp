@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -68,4 +70,43 @@ inline std::string param_name(const SchemeFormat& p) {
   return p.scheme + "_" + format_name(p.format);
 }
 
+// The concurrency, kill and crash tests run every scheme with its DEFAULT options (no
+// params, what a user gets) as well as with small_params (tables that resize often).
+enum class OptionSet { kDefaults, kSmall };
+struct SchemeConfig {
+  std::string scheme;
+  Format format;
+  OptionSet set;
+  bool small() const { return set == OptionSet::kSmall; }
+  std::map<std::string, std::string> params() const {
+    return small() ? small_params(scheme) : std::map<std::string, std::string>{};
+  }
+};
+inline std::string param_name(const SchemeConfig& p) {
+  return p.scheme + "_" + format_name(p.format) + (p.small() ? "_small" : "_defaults");
+}
+inline void PrintTo(const SchemeConfig& c, std::ostream* os) {
+  *os << param_name(c);
+}
+inline std::vector<SchemeConfig> all_scheme_configs() {
+  std::vector<SchemeConfig> v;
+  for (auto& sf : all_scheme_formats())
+    for (OptionSet o : {OptionSet::kSmall, OptionSet::kDefaults})
+      v.push_back({sf.scheme, sf.format, o});
+  return v;
+}
+// Crash-simulator settings for a scheme's default tables (SmartHT's 2^18 head buckets take
+// 16 MB): a pool that holds them, and, since a crash state's cost grows with the pool
+// (every image is a full pool file, opened and checked), a seeded sample of the fences
+// thinned in proportion, one random image per crash point.
+inline void use_default_tables(CrashConfig* cfg) {
+  const std::string& s = cfg->scheme;
+  cfg->pool_size = (s == "smartht" || s == "wophi") ? 20u << 20
+                   : s == "turbohash"               ? 8u << 20
+                   : s == "pmeh"                    ? 4u << 20
+                                                    : 2u << 20;
+  cfg->sample_rate = std::clamp(0.34 * double(2u << 20) / double(cfg->pool_size), 0.1, 0.34);
+  cfg->random_images = 1;
+  cfg->recovery_crash_every = 3;
+}
 }  // namespace pmhash::testing

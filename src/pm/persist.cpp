@@ -2,6 +2,8 @@
 
 #include <cpuid.h>
 #include <emmintrin.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -57,6 +59,22 @@ void Persister::nt_copy(void* dst, const void* src, size_t len) const {
 #ifdef PMHASH_CRASH_HOOKS
   if (hook != nullptr) hook->on_flush(d, len);  // counts as flushed when issued
 #endif
+  PMHASH_CHAOS();
 }
+
+#ifdef PMHASH_CRASH_HOOKS
+void chaos_point(uint32_t level) {
+  static thread_local uint64_t x = 0;
+  if (x == 0) x = reinterpret_cast<uintptr_t>(&x) | 1;  // per-thread seed
+  x ^= x << 13;                                         // xorshift64
+  x ^= x >> 7;
+  x ^= x << 17;
+  if ((x & 255) >= level) return;
+  if (x & 256)
+    sched_yield();
+  else
+    usleep(static_cast<useconds_t>(1 + (x >> 9) % 8));
+}
+#endif
 
 }  // namespace pmhash::pm

@@ -22,6 +22,24 @@ inline constexpr size_t kCacheLine = 64;
 
 inline thread_local PersistCounters tls_counters;
 
+#ifdef PMHASH_CRASH_HOOKS
+// Test builds only: race-window widening for stress tests. At level n > 0, about n in 256
+// calls of flush(), fence() and nt_copy() yield the CPU or sleep a few microseconds (a
+// thread-local PRNG decides), so other threads run between a store and its persist. Off (0)
+// it costs one relaxed load; release builds (no PMHASH_CRASH_HOOKS) compile it out.
+inline std::atomic<uint32_t> chaos_level{0};
+void chaos_point(uint32_t level);
+#define PMHASH_CHAOS()                                                           \
+  do {                                                                           \
+    uint32_t chaos_ = ::pmhash::pm::chaos_level.load(std::memory_order_relaxed); \
+    if (chaos_ != 0) ::pmhash::pm::chaos_point(chaos_);                          \
+  } while (0)
+#else
+#define PMHASH_CHAOS() \
+  do {                 \
+  } while (0)
+#endif
+
 class PersistHook {
  public:
   virtual ~PersistHook() = default;
@@ -75,6 +93,7 @@ class Persister {
 #ifdef PMHASH_CRASH_HOOKS
     if (hook != nullptr) hook->on_flush(addr, len);
 #endif
+    PMHASH_CHAOS();
   }
 
   void fence() const {
@@ -88,6 +107,7 @@ class Persister {
 #ifdef PMHASH_CRASH_HOOKS
     if (hook != nullptr) hook->on_fence();
 #endif
+    PMHASH_CHAOS();
   }
 
   void persist(const void* addr, size_t len) const {
