@@ -104,8 +104,6 @@ TEST_P(DamageTest, RefusedOpenLeavesTheFileIdentical) {
   TempPool p;
   std::vector<char> bytes = make_pool(p.path, GetParam(), 100);
   ASSERT_FALSE(bytes.empty());
-  // A crashed pool (clean flag 0) takes the path that used to write first.
-  set_word(&bytes, pm::kMutableHeaderOffset, 0);
   uint64_t root = word_at(bytes, kRootWordOffset);
   set_word(&bytes, root, word_at(bytes, root) ^ 0x5a5a);
   write_bytes(p.path, bytes);
