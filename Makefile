@@ -32,7 +32,7 @@ test-tsan: deps
 	cmake -S . -B build/tsan $(CMAKE_COMMON) -DPMHASH_SANITIZE=thread \
 	  -DPMHASH_BUILD_BENCH=OFF -DPMHASH_BUILD_PYTHON=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build/tsan -j$(JOBS)
-	cd build/tsan && PMHASH_CRASH_LIGHT=1 TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j$(JOBS)
+	cd build/tsan && PMHASH_CRASH_LIGHT=1 TSAN_OPTIONS="halt_on_error=1 die_after_fork=0" ctest --output-on-failure -j$(JOBS)
 
 # libFuzzer on damaged pools (tests/fuzz/pool_fuzz.cpp), ASan+UBSan, FUZZ_TIME seconds.
 # Optional: needs clang; the rest of the build never does. Soak the forked-child fuzz test
