@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <fstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -240,6 +241,23 @@ TEST_P(PmehTest, SkewedWritersShareAZone) {
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
 }
 
+// Sanitizer builds run the concurrent tests smaller: there they look for races and bad
+// memory accesses, which show at any size.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kScale = 5;
+#else
+constexpr int kScale = 1;
+#endif
+
+// The file's bytes (a pool under /dev/shm: what its mapping holds).
+static std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  std::vector<char> b(static_cast<size_t>(f.tellg()));
+  f.seekg(0);
+  f.read(b.data(), static_cast<std::streamsize>(b.size()));
+  return b;
+}
+
 // Keys i = 0, 1, ... whose hash's top `bits` bits are zero (all in zone 0; a long shared
 // prefix makes the directory deepen quickly).
 static std::vector<uint64_t> keys_with_prefix(bool fixed, int bits, size_t n) {
@@ -254,13 +272,16 @@ static std::vector<uint64_t> keys_with_prefix(bool fixed, int bits, size_t n) {
 // Many threads, tiny segments and 2-splits make expansions and frees constant.
 TEST_P(PmehTest, ConcurrentInsertsWhileOldDirectoriesAreFreed) {
   if (!fixed()) GTEST_SKIP() << "the race is in the directories, the same in both formats";
-  const int threads = 16, per = 10000;
+  const int threads = 16, per = 10000 / kScale;
   for (std::string zones : {"64", "1"}) {
-    for (int round = 0; round < 4; ++round) {
+    for (int round = 0; round < 4 / kScale + 1; ++round) {
       SCOPED_TRACE("zones " + zones + " round " + std::to_string(round));
       TempPool p;
       std::unique_ptr<Index> idx;
-      Options o = options({{"segment_bytes", "2048"}, {"split", "2"}, {"zones", zones}});
+      Options o = options({{"segment_bytes", "2048"},
+                           {"split", "2"},
+                           {"zones", zones},
+                           {"depth", zones == "1" ? "0" : "6"}});
       o.pool_size = 256u << 20;
       ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
       std::atomic<int> errors{0};
@@ -274,7 +295,7 @@ TEST_P(PmehTest, ConcurrentInsertsWhileOldDirectoriesAreFreed) {
         });
       for (auto& t : ts) t.join();
       ASSERT_EQ(errors.load(), 0);
-      EXPECT_GT(counters(*idx)["dir_expansions"], 3);
+      EXPECT_GE(counters(*idx)["dir_expansions"], 3);  // and older directories freed
       EXPECT_EQ(idx->size(), uint64_t(threads) * per);
       std::string got;
       for (uint64_t id = 0; id < uint64_t(threads) * per; ++id) {
@@ -295,6 +316,7 @@ TEST_P(PmehTest, DisplacedDuplicateAfterACrashIsCountedOnceAndCheckWritesNothing
   TempPool p;
   std::unique_ptr<Index> idx;
   Options o = options({{"segment_bytes", "2048"}, {"split", "2"}, {"zones", "1"}, {"depth", "0"}});
+  o.pool_size = 8u << 20;
   ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
   const int n = 20;
   for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
@@ -332,10 +354,10 @@ TEST_P(PmehTest, DisplacedDuplicateAfterACrashIsCountedOnceAndCheckWritesNothing
   });
   EXPECT_EQ(visits, uint64_t(n));
   EXPECT_EQ(seen.size(), size_t(n));
-  std::vector<char> before = read_file(p.path);  // /dev/shm: the mapping's bytes
+  std::vector<char> before = file_bytes(p.path);  // /dev/shm: the mapping's bytes
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
-  EXPECT_TRUE(read_file(p.path) == before) << "check() wrote to the pool";
+  EXPECT_TRUE(file_bytes(p.path) == before) << "check() wrote to the pool";
   EXPECT_EQ(idx->size(), uint64_t(n));
   // The first access recovers the segment (the copy goes); everything is still there once.
   std::string got;
@@ -343,7 +365,7 @@ TEST_P(PmehTest, DisplacedDuplicateAfterACrashIsCountedOnceAndCheckWritesNothing
     ASSERT_TRUE(idx->get(key(i), &got).ok()) << i;
     EXPECT_EQ(got, value(i));
   }
-  EXPECT_FALSE(read_file(p.path) == before) << "the lazy recovery did not run";
+  EXPECT_FALSE(file_bytes(p.path) == before) << "the lazy recovery did not run";
   EXPECT_EQ(idx->size(), uint64_t(n));
   report.clear();
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
@@ -426,7 +448,7 @@ TEST_P(PmehTest, SplitsLeaveNoStaleOverflowMetadata) {
 // reads and deletes at once, on keys routed to the writer's zones (the paper's setup) and
 // on random keys; then every key is checked and check() passes.
 TEST_P(PmehTest, EightThreadsDefaultsAndMatrix) {
-  const int threads = 8, per = 3000;
+  const int threads = 8, per = 3000 / kScale;
   const std::vector<std::map<std::string, std::string>> configs = {
       {},
       {{"segment_bytes", "2048"}, {"split", "2"}, {"zones", "4"}},
