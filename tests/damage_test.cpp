@@ -277,10 +277,20 @@ std::string apply_damage(Damage kind, std::mt19937_64& rng, std::vector<char>* b
   char what[128];
   switch (kind) {
     case kHeaderFlip: {
-      // The mutable words (clean, root, published) and the immutable header.
-      uint64_t off = rng() % 2 ? rng() % 256 : pm::kMutableHeaderOffset + rng() % 24;
+      // The mutable words (clean, root, published) or the immutable header — half of the
+      // time with its checksum made to match, so the damage reaches the layout and the
+      // scheme parameters recorded there.
+      bool resum = rng() % 2;
+      uint64_t off = rng() % 2 ? rng() % 248 : pm::kMutableHeaderOffset + rng() % 24;
       (*b)[off] ^= static_cast<char>(1u << (rng() % 8));
-      std::snprintf(what, sizeof what, "flip a bit of byte %llu", (unsigned long long)off);
+      if (resum && off < 248) {
+        pm::PoolHeader h;
+        std::memcpy(&h, b->data(), sizeof h);
+        h.checksum = pm::header_checksum(h);
+        std::memcpy(b->data(), &h, sizeof h);
+      }
+      std::snprintf(what, sizeof what, "flip a bit of byte %llu%s", (unsigned long long)off,
+                    resum && off < 248 ? " (checksum fixed)" : "");
       break;
     }
     case kBodyFlip: {
@@ -437,6 +447,12 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
     std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull);
     std::vector<char> bytes = originals[i % configs.size()];
     std::string what = apply_damage(kind, rng, &bytes);
+    for (uint64_t extra = rng() % 3; extra > 0 && kind != kTruncate && kind != kAppend; --extra)
+      what += "; " + apply_damage(kind, rng, &bytes);
+    if (rng() % 2 && bytes.size() >= pm::kHeaderRegion) {  // a crashed pool: recovery runs
+      set_word(&bytes, pm::kMutableHeaderOffset, 0);
+      what += "; not closed cleanly";
+    }
     write_bytes(p.path, bytes);
     int fds[2];
     ASSERT_EQ(pipe(fds), 0);
