@@ -412,7 +412,8 @@ TEST_P(PmehTest, DirectoryArrayIsReusedPastTwelveDirectories) {
       }
       idx.reset();
       if (pass < 2) {
-        ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+        Status s = Index::open(p.path, o, &idx);
+        ASSERT_TRUE(s.ok()) << s.to_string();
       }
     }
   }

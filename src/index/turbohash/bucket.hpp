@@ -4,7 +4,9 @@
 //        | meta   | tags[14]           | pad | pad   | slots[14] x 16 B               |
 //
 //   meta (one 8-byte atomic word):
-//        bits 0-15  valid bitmap   — slot holds a meaningful key (never cleared by delete)
+//        bits 0-13  valid bitmap   — slot holds a meaningful key (never cleared by delete)
+//        bit  15    unpersisted    — a fixed-format write stored this word and has not yet
+//                                    persisted it (pm/publish.hpp); ignored by recovery
 //        bits 16-31 delete bitmap  — slot's item is deleted (slot reusable, not "empty")
 //        bits 32-63 sequence number — +1 on every write in the bucket (lock-free reads)
 //
@@ -22,7 +24,8 @@ namespace pmhash::turbohash {
 
 inline constexpr int kSlots = 14;
 inline constexpr uint32_t kSlotMask = (1u << kSlots) - 1;
-inline constexpr int kPathEndValid = 13;  // ReachSearchEnd: popcount(valid) < 13
+inline constexpr int kPathEndValid = 13;                     // ReachSearchEnd: popcount(valid) < 13
+inline constexpr uint64_t kUnpersisted = uint64_t{1} << 15;  // a spare valid bit
 
 struct alignas(256) Bucket {
   uint64_t meta;
@@ -30,7 +33,7 @@ struct alignas(256) Bucket {
   uint64_t pad;
   common::Slot slots[kSlots];
 
-  static uint32_t valid(uint64_t m) { return static_cast<uint32_t>(m & 0xFFFF); }
+  static uint32_t valid(uint64_t m) { return static_cast<uint32_t>(m & kSlotMask); }
   static uint32_t deleted(uint64_t m) { return static_cast<uint32_t>((m >> 16) & 0xFFFF); }
   static uint32_t seq(uint64_t m) { return static_cast<uint32_t>(m >> 32); }
   static uint64_t make(uint32_t valid, uint32_t del, uint32_t seq) {

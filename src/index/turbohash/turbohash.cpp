@@ -7,6 +7,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "pm/publish.hpp"
+
 namespace pmhash::turbohash {
 
 using common::load_word;
@@ -157,7 +159,8 @@ Status TurboHash::get(std::string_view key, std::string* value) {
   for (uint64_t d = 0; d < scope; ++d, idx = idx + 1 == n ? 0 : idx + 1) {
     Bucket& b = b0[idx];
     for (;;) {
-      uint64_t m1 = b.load_meta();
+      // A write in flight is persisted before this reader acts on it (durable reads).
+      uint64_t m1 = pm::load_persisted(pool_.persister(), &b.meta, kUnpersisted);
       uint8_t tags[16];
       b.load_tags(tags);
       uint32_t mask = match_(tags, k.tag) & Bucket::live(m1);
@@ -283,9 +286,8 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
       tx.store(&b->meta, nm);
       if (old_item) tx.free(old_item);
       tx.commit();
-    } else {
-      b->store_meta(nm);
-      p.persist(&b->meta, 8);
+    } else {  // readers that see it before it is persisted persist it themselves
+      pm::publish_persisted(p, &b->meta, nm, kUnpersisted);
     }
     return Status::Ok();
   }
@@ -317,8 +319,7 @@ Status TurboHash::remove(std::string_view key) {
         tx.free(b.slots[pos].value);
         tx.commit();
       } else {
-        b.store_meta(nm);
-        pool_.persister().persist(&b.meta, 8);
+        pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
       }
       return Status::Ok();
     }

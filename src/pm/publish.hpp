@@ -1,0 +1,41 @@
+// Publishing a commit word that lock-free readers load (durable linearizability).
+//
+// A write whose last step is one 8-byte store to PM (a bucket's metadata word, a bitmap)
+// is visible to other threads as soon as it is stored, but durable only after the flush
+// and fence that follow. A lock-free reader that acts on it in between returns something a
+// crash can take back. Link-and-persist (David et al., "Log-Free Concurrent Data
+// Structures", USENIX ATC '18) closes the window with one spare bit of the word:
+//
+//   writer:  store(value | mark); persist; store(value)     (the last store is not flushed:
+//                                                           with or without the mark the
+//                                                           word says the same)
+//   reader:  v = load(); if (v & mark) persist the word     (it helps: what it acts on is
+//                                                           then durable)
+//
+// Recovery and every other reader ignore the mark. The cost is one more store to a line
+// the writer already holds; a reader flushes only when it meets a write in flight.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "pm/persist.hpp"
+
+namespace pmhash::pm {
+
+inline void publish_persisted(const Persister& p, uint64_t* word, uint64_t value, uint64_t mark) {
+  std::atomic_ref<uint64_t> w(*word);
+  w.store(value | mark, std::memory_order_release);
+  p.persist(word, sizeof *word);
+  w.store(value, std::memory_order_release);
+}
+
+// The word with the mark cleared, persisted first if a writer had not persisted it yet.
+inline uint64_t load_persisted(const Persister& p, const uint64_t* word, uint64_t mark) {
+  uint64_t v =
+      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*word)).load(std::memory_order_acquire);
+  if (v & mark) p.persist(word, sizeof *word);
+  return v & ~mark;
+}
+
+}  // namespace pmhash::pm
