@@ -87,8 +87,13 @@ class Table {
   }
   uint64_t len() {
     std::shared_ptr<Index> i = open_index();
-    py::gil_scoped_release nogil;
-    return i->size();
+    uint64_t n;
+    {
+      py::gil_scoped_release nogil;
+      n = i->size();
+    }
+    if (i->is_closed()) raise({Code::kClosed, "the table is closed"});  // n may be a stub
+    return n;
   }
   py::dict stats() {
     Stats st;
@@ -97,6 +102,7 @@ class Table {
       py::gil_scoped_release nogil;
       st = i->stats();
     }
+    if (st.scheme.empty()) raise({Code::kClosed, "the table is closed"});
     py::dict d;
     d["scheme"] = st.scheme;
     d["format"] = format_name(st.format);
@@ -122,6 +128,7 @@ class Table {
   // All items as a list of (key, value) (no concurrent writers while it runs).
   py::list items() {
     std::vector<std::pair<std::string, std::string>> v;
+    bool closed = false;
     {
       std::shared_ptr<Index> i = open_index();
       py::gil_scoped_release nogil;
@@ -130,7 +137,9 @@ class Table {
             static_cast<decltype(v)*>(ctx)->emplace_back(k, val);
           },
           &v);
+      if (i->is_closed()) closed = true;
     }
+    if (closed) raise({Code::kClosed, "the table is closed"});
     py::list out;
     for (auto& [k, val] : v) out.append(py::make_tuple(py::bytes(k), py::bytes(val)));
     return out;

@@ -302,21 +302,24 @@ Status Index::insert(std::string_view key, std::string_view value) {
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
-  return s.ok() ? impl_->scheme->put(key, value, PutMode::kInsert) : s;
+  return s.ok() ? impl_->write([&] { return impl_->scheme->put(key, value, PutMode::kInsert); })
+                : s;
 }
 
 Status Index::upsert(std::string_view key, std::string_view value) {
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
-  return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpsert) : s;
+  return s.ok() ? impl_->write([&] { return impl_->scheme->put(key, value, PutMode::kUpsert); })
+                : s;
 }
 
 Status Index::update(std::string_view key, std::string_view value) {
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
-  return s.ok() ? impl_->scheme->put(key, value, PutMode::kUpdate) : s;
+  return s.ok() ? impl_->write([&] { return impl_->scheme->put(key, value, PutMode::kUpdate); })
+                : s;
 }
 
 Status Index::get(std::string_view key, std::string* value) const {
@@ -328,7 +331,7 @@ Status Index::get(std::string_view key, std::string* value) const {
 Status Index::remove(std::string_view key) {
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
-  return s.ok() ? impl_->scheme->remove(key) : s;
+  return s.ok() ? impl_->write([&] { return impl_->scheme->remove(key); }) : s;
 }
 
 uint64_t Index::size() const {
@@ -371,6 +374,10 @@ void Index::for_each(void (*fn)(void*, std::string_view, std::string_view), void
     std::string k = items.slot_key_bytes(s);
     if (items.read_value(s.value, &v)) fn(ctx, k, v);
   });
+}
+
+bool Index::is_closed() const {
+  return impl_->gate.is_shut();
 }
 
 Status Index::close() {

@@ -47,6 +47,16 @@ class IndexImpl {
   bool recovered = false;
   double open_ms = 0;
 
+  // A write, outside every scheme lock: a full pool is retried once after the blocks
+  // retired and not yet reclaimed are freed (they are free space a grace period away), and
+  // a thread that filled the reclamation backlog frees it (pm/epoch.hpp).
+  template <class F>
+  Status write(F&& f) {
+    Status s = f();
+    if (s.code() == Code::kPoolFull && epochs->reclaim_now()) s = f();
+    epochs->settle();
+    return s;
+  }
   Status check_key(std::string_view key) const;
   Status check_value(std::string_view value) const;
   // Scheme check + allocated == reachable.

@@ -71,6 +71,41 @@ class GuardHolder {
   std::thread t_;
 };
 
+// drain() (close) must not return while liburcu's thread still runs a function it took:
+// the allocator it releases into is destroyed next.
+TEST(EpochReclamation, DrainWaitsForAFunctionAlreadyRunning) {
+  auto e = std::make_unique<pm::Epochs>();
+  std::atomic<bool> started{false}, finished{false};
+  e->retire([&] {
+    started = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    finished = true;
+  });
+  for (int i = 0; i < 60000 && !started; ++i)  // liveness bound: a minute
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(started.load());
+  e->drain();
+  EXPECT_TRUE(finished.load()) << "drain() returned while a retired function was running";
+  e.reset();
+}
+
+// The backlog is bounded: past Epochs::kBacklog objects, settle() frees them at once.
+TEST(EpochReclamation, SettleFreesABacklogPastTheBound) {
+  pm::Epochs e;
+  std::atomic<uint64_t> ran{0};
+  {
+    auto g = e.guard();  // no callback can run while this reader is inside
+    for (size_t i = 0; i < pm::Epochs::kBacklog + 10; ++i) e.retire([&] { ran++; });
+    EXPECT_EQ(ran.load(), 0u);
+    e.settle();  // inside a read-side section: must not wait for itself
+    EXPECT_EQ(ran.load(), 0u);
+  }
+  e.retire([&] { ran++; });  // the thread owes a reclamation now
+  e.settle();
+  EXPECT_EQ(e.pending(), 0u);
+  EXPECT_GE(ran.load(), pm::Epochs::kBacklog + 11 - 0u);
+}
+
 TEST(EpochReclamation, RetiredObjectWaitsForAReaderThatHoldsAGuard) {
   pm::Epochs e;
   std::atomic<int> runs{0};

@@ -324,7 +324,9 @@ TEST_P(StressTest, OversubscribedHistoryCheck) {
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
   // Small tables must have changed structure while the threads ran.
   std::map<std::string, double> c = idx->stats().counters;
-  if (std::string(sc.name) != "defaults") {
+  // (The light sanitizer run holds too few records for a 16-split to split a segment.)
+  bool too_small = light && std::string(sc.name).find("split16") != std::string::npos;
+  if (std::string(sc.name) != "defaults" && !too_small) {
     for (const char* name :
          {"shard_resizes", "chain_buckets", "pab_grows", "level_resizes", "segment_splits"}) {
       if (c.count(name) && !(std::string(name) == "pab_grows" && sc.params.count("pab"))) {

@@ -76,6 +76,9 @@ class Index {
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
                 void* ctx) const;
   Status close();
+  // True once close() has begun. size(), stats() and for_each() cannot return a status:
+  // on a closed index they return 0, an empty Stats and nothing; check this after them.
+  bool is_closed() const;
 
   IndexImpl* impl() const { return impl_.get(); }  // for tests and tools
 

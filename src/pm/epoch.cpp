@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <urcu/urcu-memb.h>
 
+#include <condition_variable>
 #include <mutex>
 #include <vector>
 
@@ -50,6 +51,9 @@ void install_atfork() {
 
 char tsan_sync;  // the address ThreadSanitizer's annotations synchronize on
 
+// The index whose backlog this thread should reclaim when its read-side section ends.
+thread_local const void* reclaim_owed = nullptr;
+
 }  // namespace
 
 struct Retired {
@@ -61,7 +65,9 @@ struct Retired {
 
 struct Epochs::Shared {
   std::mutex mu;
+  std::condition_variable idle;
   std::vector<Retired*> retired;  // not yet run, in no order
+  uint64_t running = 0;           // functions liburcu's thread has taken and not finished
 
   // Takes r out of the list; returns its function (empty if drain() ran it).
   std::function<void()> take(Retired* r) {
@@ -71,7 +77,23 @@ struct Epochs::Shared {
     retired[r->index] = last;
     last->index = r->index;
     retired.pop_back();
+    running++;
     return std::move(r->fn);
+  }
+  void finished() {
+    std::lock_guard<std::mutex> g(mu);
+    if (--running == 0) idle.notify_all();
+  }
+  // Empties the list: the functions to run now (their queued callbacks will find nothing).
+  std::vector<std::function<void()>> take_all() {
+    std::vector<std::function<void()>> fns;
+    std::lock_guard<std::mutex> g(mu);
+    for (Retired* r : retired) {
+      fns.push_back(std::move(r->fn));
+      r->fn = nullptr;
+    }
+    retired.clear();
+    return fns;
   }
 };
 
@@ -80,8 +102,10 @@ void run_retired(rcu_head* head) {
   Retired* r = reinterpret_cast<Retired*>(head);
   registration.registered_by_liburcu();  // we run on liburcu's call_rcu thread
   PMHASH_TSAN_ACQUIRE(&tsan_sync);
-  std::function<void()> fn = r->owner->take(r);
-  if (fn) fn();
+  if (std::function<void()> fn = r->owner->take(r)) {
+    fn();
+    r->owner->finished();
+  }
   delete r;
 }
 }  // namespace
@@ -107,33 +131,52 @@ Epochs::Guard::~Guard() {
 }
 
 void Epochs::retire(std::function<void()> fn) {
+  if (!fn) return;
   auto* r = new Retired{};
   r->owner = shared_;
   r->fn = std::move(fn);
+  size_t backlog;
   {
     std::lock_guard<std::mutex> g(shared_->mu);
     r->index = shared_->retired.size();
     shared_->retired.push_back(r);
+    backlog = shared_->retired.size();
   }
   registration.ensure();  // call_rcu wants a registered caller
   PMHASH_TSAN_RELEASE(&tsan_sync);
   urcu_memb_call_rcu(&r->head, run_retired);
+  // Bounded: a writer that retires faster than liburcu's one thread frees (updates of
+  // variable items on 2 busy cores) frees the backlog itself when its call has returned
+  // (settle()): here it may hold locks that readers wait for inside a read-side section.
+  if (backlog >= kBacklog) reclaim_owed = shared_.get();
+}
+
+bool Epochs::reclaim_now() {
+  // Inside a read-side section a grace period would wait for this very thread.
+  if (registration.registered && urcu_memb_read_ongoing()) return false;
+  std::vector<std::function<void()>> fns = shared_->take_all();
+  if (fns.empty()) return false;
+  urcu_memb_synchronize_rcu();  // everything taken was retired before this grace period
+  PMHASH_TSAN_ACQUIRE(&tsan_sync);
+  for (auto& f : fns) f();
+  return true;
+}
+
+void Epochs::settle() {
+  if (reclaim_owed != shared_.get()) return;
+  reclaim_owed = nullptr;
+  reclaim_now();
 }
 
 void Epochs::drain() {
   for (;;) {  // a function may retire more
-    std::vector<std::function<void()>> fns;
-    {
-      std::lock_guard<std::mutex> g(shared_->mu);
-      for (Retired* r : shared_->retired) {
-        fns.push_back(std::move(r->fn));
-        r->fn = nullptr;  // its callback, still queued in liburcu, will find nothing
-      }
-      shared_->retired.clear();
-    }
-    if (fns.empty()) return;
+    std::vector<std::function<void()>> fns = shared_->take_all();
+    if (fns.empty()) break;
     for (auto& f : fns) f();
   }
+  // A function liburcu's thread took before we emptied the list may still be running.
+  std::unique_lock<std::mutex> g(shared_->mu);
+  shared_->idle.wait(g, [&] { return shared_->running == 0; });
 }
 
 uint64_t Epochs::pending() const {

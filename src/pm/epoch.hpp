@@ -50,6 +50,15 @@ class Epochs {
   void drain();
   // Objects retired and not yet run (tests, stats).
   uint64_t pending() const;
+  // Waits for a grace period and runs everything this index retired before it; false when
+  // nothing was pending or the caller is inside a read-side section. Only where the caller
+  // holds no lock a reader may wait for: Index calls it between operations, and before it
+  // reports a full pool it retries the write once after it.
+  bool reclaim_now();
+  // Once this many objects wait, the thread that retired the last one reclaims them itself
+  // in settle(), which Index calls when the operation has returned: the backlog is bounded.
+  static constexpr size_t kBacklog = 1024;
+  void settle();
 
   struct Shared;  // the per-index list, shared with the pending callbacks
 

@@ -887,7 +887,7 @@ void Hdnh::run_partner(Partner* p) {
     pthread_setaffinity_np(pthread_self(), sizeof all, &all);
     p->unpinned = true;
   }
-  pm::Epochs::Guard guard(epochs_, threads_.id());
+  pm::Epochs::Guard guard(epochs_);  // no thread id: partners must not use up the 256
   run_hot_job(p->job);
 }
 
