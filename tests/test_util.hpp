@@ -71,19 +71,44 @@ inline std::string param_name(const SchemeFormat& p) {
 }
 
 // The concurrency, kill and crash tests run every scheme with its DEFAULT options (no
-// params, what a user gets) as well as with small_params (tables that resize often).
-enum class OptionSet { kDefaults, kSmall };
+// params, what a user gets), with small_params (tables that resize often), and with
+// other_params: the options small_params does not reach (background workers, other
+// replacement policies, the filter off, zones and split multiples), on small tables too.
+enum class OptionSet { kDefaults, kSmall, kOther };
+inline std::map<std::string, std::string> other_params(const std::string& scheme) {
+  std::map<std::string, std::string> p = small_params(scheme);
+  if (scheme == "turbohash") p["simd"] = "false";
+  if (scheme == "smartht") p["filter"] = "off";
+  if (scheme == "wophi") p["pab_grow"] = "background";
+  if (scheme == "hdnh") {
+    p["sync_write"] = "background";
+    p["hot_table"] = "lru";
+  }
+  if (scheme == "pmeh") {
+    p["split"] = "16";
+    p["zones"] = "4";
+    p["depth"] = "2";
+  }
+  return p;
+}
 struct SchemeConfig {
   std::string scheme;
   Format format;
   OptionSet set;
-  bool small() const { return set == OptionSet::kSmall; }
+  bool small() const { return set != OptionSet::kDefaults; }  // small tables
+  // The workloads of the crash tests are sized to resize the small_params tables.
+  bool resizes_expected() const { return set == OptionSet::kSmall; }
   std::map<std::string, std::string> params() const {
-    return small() ? small_params(scheme) : std::map<std::string, std::string>{};
+    if (set == OptionSet::kSmall) return small_params(scheme);
+    if (set == OptionSet::kOther) return other_params(scheme);
+    return {};
   }
 };
 inline std::string param_name(const SchemeConfig& p) {
-  return p.scheme + "_" + format_name(p.format) + (p.small() ? "_small" : "_defaults");
+  const char* set = p.set == OptionSet::kSmall   ? "_small"
+                    : p.set == OptionSet::kOther ? "_other"
+                                                 : "_defaults";
+  return p.scheme + "_" + format_name(p.format) + set;
 }
 inline void PrintTo(const SchemeConfig& c, std::ostream* os) {
   *os << param_name(c);
@@ -91,7 +116,7 @@ inline void PrintTo(const SchemeConfig& c, std::ostream* os) {
 inline std::vector<SchemeConfig> all_scheme_configs() {
   std::vector<SchemeConfig> v;
   for (auto& sf : all_scheme_formats())
-    for (OptionSet o : {OptionSet::kSmall, OptionSet::kDefaults})
+    for (OptionSet o : {OptionSet::kSmall, OptionSet::kDefaults, OptionSet::kOther})
       v.push_back({sf.scheme, sf.format, o});
   return v;
 }
