@@ -128,6 +128,7 @@ struct KeyState {
   std::atomic<uint32_t> started{0};      // seq of the last op started
   std::atomic<uint32_t> del_started{0};  // seq of the last delete started
   std::atomic<uint32_t> seen{0};         // highest seq a completed read returned
+  std::atomic<uint32_t> absent_seen{0};  // seq of an unacknowledged delete a read observed
 };
 
 constexpr uint32_t kSeqBits = 24;  // value version = owner << 24 | seq
@@ -233,6 +234,7 @@ TEST_P(StressTest, OversubscribedHistoryCheck) {
       uint32_t floor = static_cast<uint32_t>(acked >> 1);
       bool floor_present = acked & 1;
       if (seen > floor) floor = seen, floor_present = true;
+      uint32_t absent = st.absent_seen.load();
       Status s = idx->get(kk, &got);
       uint32_t started = st.started.load();
       uint32_t del_started = st.del_started.load();
@@ -243,6 +245,13 @@ TEST_P(StressTest, OversubscribedHistoryCheck) {
         if (floor_present && del_started <= floor)
           fail(where + "not found, but seq " + std::to_string(floor) +
                " was acknowledged or seen before the read and no delete started since");
+        // Absent past the floor: the read saw a delete after seq `floor` take effect; no
+        // later read may return seq `floor` (or older) again.
+        if (floor_present) {
+          uint32_t cur = st.absent_seen.load();
+          while (cur < floor + 1 && !st.absent_seen.compare_exchange_weak(cur, floor + 1)) {
+          }
+        }
         continue;
       }
       if (!s.ok()) {
@@ -262,6 +271,9 @@ TEST_P(StressTest, OversubscribedHistoryCheck) {
       uint32_t who = ver >> kSeqBits, seq = ver & ((1u << kSeqBits) - 1);
       if (who != k / per_owner) fail(where + "value written by another thread");
       if (seq > started) fail(where + "value of a write not yet started");
+      if (seq < absent)
+        fail(where + "seq " + std::to_string(seq) + " came back after a read saw its delete " +
+             std::to_string(absent));
       if (seq < floor)
         fail(where + "stale: seq " + std::to_string(seq) + " < " + std::to_string(floor) +
              " acknowledged or seen before the read began");
