@@ -764,15 +764,18 @@ Status Pmeh::get(std::string_view key, std::string* value) {
       std::this_thread::yield();
       continue;
     }
-    empty = 0;
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t m1 = load_word(s->meta);
     if (!covers(m1, k.h)) {
+      // A split moved the key's range and the directory is about to say where; a walk
+      // that never reaches a covering segment (a damaged pool) counts as empty.
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment covers a key"};
       tstats_[tid].retries.fetch_add(1, std::memory_order_relaxed);
       std::this_thread::yield();
       continue;
     }
+    empty = 0;
     Loc loc;
     uint64_t vw = 0;
     bool retry = false;
@@ -816,8 +819,10 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
     if (!covers(load_word(s->meta), k.h)) {  // split meanwhile (shared mode): retry
       unlock_buckets(s, b, zm);
       exit(z, zm);
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment covers a key"};
       continue;
     }
+    empty = 0;
     Loc loc;
     uint64_t vw = 0;
     Status st;
@@ -880,7 +885,6 @@ Status Pmeh::remove(std::string_view key) {
       std::this_thread::yield();
       continue;
     }
-    empty = 0;
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t b = bucket_of(k.h);
@@ -888,8 +892,11 @@ Status Pmeh::remove(std::string_view key) {
     if (!covers(load_word(s->meta), k.h)) {
       unlock_buckets(s, b, zm);
       exit(z, zm);
+      if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment covers a key"};
+      std::this_thread::yield();
       continue;
     }
+    empty = 0;
     Loc loc;
     uint64_t vw = 0;
     bool found = seg_find(s, k, key, &loc, &vw, nullptr);
