@@ -1,9 +1,7 @@
 """close() while other threads still operate, and non-contiguous buffers as keys/values."""
 
-import os
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -13,15 +11,6 @@ import pmhash
 # here: no progress in 30 s.
 LIVENESS_S = 60
 SMALL = 64 << 20
-
-
-@pytest.fixture
-def pool_path():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
-    path = os.path.join(base, "pmhash-py-close-" + uuid.uuid4().hex)
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
 
 
 def wait_until(pred):

@@ -1,8 +1,6 @@
 """Tests of the Python module (run by `make test` through ctest)."""
 
-import os
 import threading
-import uuid
 
 import pytest
 
@@ -10,15 +8,6 @@ import pmhash
 
 SCHEMES = pmhash.schemes()
 SMALL = 64 << 20
-
-
-@pytest.fixture
-def pool_path():
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
-    path = os.path.join(base, "pmhash-py-" + uuid.uuid4().hex)
-    yield path
-    if os.path.exists(path):
-        os.unlink(path)
 
 
 def key(i, fmt):
