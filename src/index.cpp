@@ -248,7 +248,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
   impl->threads = pm::ThreadRegistry::make();
   impl->alloc = std::make_unique<pm::Allocator>(pool);
   impl->items = std::make_unique<common::Items>(pool.format(), *impl->alloc);
-  impl->epochs = std::make_unique<pm::Epochs>(impl->threads);
+  impl->epochs = std::make_unique<pm::Epochs>();
   pm::Allocator* alloc = impl->alloc.get();
   pm::Epochs* epochs = impl->epochs.get();
   alloc->on_free = [alloc, epochs](uint64_t off) {

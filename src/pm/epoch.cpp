@@ -110,8 +110,7 @@ void run_retired(rcu_head* head) {
 }
 }  // namespace
 
-Epochs::Epochs(std::shared_ptr<ThreadRegistry> threads) : shared_(std::make_shared<Shared>()) {
-  (void)threads;
+Epochs::Epochs() : shared_(std::make_shared<Shared>()) {
   install_atfork();
 }
 

@@ -21,19 +21,17 @@
 #include <functional>
 #include <memory>
 
-#include "pm/threads.hpp"
-
 namespace pmhash::pm {
 
 class Epochs {
  public:
-  explicit Epochs(std::shared_ptr<ThreadRegistry> threads = nullptr);
+  Epochs();
   ~Epochs();
 
   class Guard {
    public:
     explicit Guard(Epochs& e);
-    Guard(Epochs& e, unsigned tid) : Guard(e) { (void)tid; }
+    Guard(Epochs& e, unsigned tid) : Guard(e) { (void)tid; }  // the schemes' old form
     ~Guard();
     Guard(const Guard&) = delete;
     Guard& operator=(const Guard&) = delete;
