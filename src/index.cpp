@@ -108,6 +108,7 @@ Status IndexImpl::check_value(std::string_view value) const {
 }
 
 bool IndexImpl::check(std::string* report) const {
+  scheme->wait_idle();  // background work allocates and links blocks too
   std::string r;
   bool ok = alloc->validate(true, &r).ok();
   ok &= scheme->check(&r);
@@ -357,8 +358,15 @@ Stats Index::stats() const {
   return st;
 }
 
+// Alone at the gate: a check that runs beside writers or background work reports blocks
+// that are allocated but not yet linked as leaks, and reads what they are writing.
 Status Index::check(std::string* report) const {
-  PMHASH_ENTER(refused_status(*impl_));
+  if (impl_->gate.inside_a_call())
+    return {Code::kInvalidArgument, "check() called from inside a for_each callback"};
+  unsigned tid = impl_->threads->try_id();
+  if (tid == pm::ThreadRegistry::kNoId) return refused_status(*impl_);
+  common::OpGate::Exclusive alone(impl_->gate, tid);
+  if (!alone) return refused_status(*impl_);
   std::string r;
   bool ok = impl_->check(&r);
   if (report) *report = r;

@@ -105,7 +105,7 @@ TEST_P(LifecycleTest, ReopenWithOtherRuntimeOptions) {
     std::unique_ptr<Index> idx;
     Status s = Index::open(p.path, options(rt, i == 0), &idx);
     ASSERT_TRUE(s.ok()) << where << ": " << s.to_string();
-    idx->impl()->scheme->wait_ready();
+    idx->impl()->scheme->wait_idle();
     expect_contents(*idx, m, where);
     if (i == steps) break;
     ASSERT_NO_FATAL_FAILURE(workload(*idx, m, 100 + i, 3000));
@@ -209,7 +209,7 @@ TEST_P(LifecycleTest, CheckChangesNothing) {
     std::unique_ptr<Index> idx;
     ASSERT_TRUE(Index::open(p.path, options({}, false), &idx).ok());
     EXPECT_EQ(idx->stats().recovered_from_crash, crashed);
-    idx->impl()->scheme->wait_ready();
+    idx->impl()->scheme->wait_idle();
     std::vector<char> before = read_file(p.path);
     std::string report;
     EXPECT_TRUE(idx->impl()->check(&report)) << report;

@@ -70,7 +70,9 @@ class Index {
   Status remove(std::string_view key);                          // kNotFound if absent
   uint64_t size() const;
   Stats stats() const;
-  // Structural self-check (fsck) of the scheme plus the pool allocator's leak check.
+  // Structural self-check (fsck) of the scheme plus the pool allocator's leak check. It
+  // waits for the calls in progress and holds new ones until it ends (they wait, they do
+  // not fail); kInvalidArgument from inside a for_each callback.
   Status check(std::string* report = nullptr) const;
   // Visits every live item (no concurrent writers allowed while it runs).
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),

@@ -48,8 +48,9 @@ class Scheme {
   virtual void for_each(const std::function<void(const common::Slot&)>& fn) const = 0;
   // Clean shutdown: persist whatever the paper saves for a fast reopen.
   virtual void close() {}
-  // Waits for background work that open() started (SmartHT's lazy filter rebuild).
-  virtual void wait_ready() {}
+  // Waits for background work in progress (SmartHT's filter rebuild, WOPHI's bucket
+  // pre-allocation) to finish; check() calls it once no call is inside.
+  virtual void wait_idle() {}
   // Stops background workers (close(), after the last call has left); nothing may be
   // retired or freed by the scheme after this returns, until it is destroyed.
   virtual void stop() {}

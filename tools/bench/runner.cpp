@@ -433,7 +433,7 @@ bool Runner::recovery(std::string* error) {
       return false;
     }
     auto t0 = Clock::now();
-    index_->impl()->scheme->wait_ready();  // background recovery work (lazy rebuilds)
+    index_->impl()->scheme->wait_idle();  // background recovery work (lazy rebuilds)
     double wait_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     Row r = base_row(clean ? "recover-clean" : "recover-crash");  // (stats() may wait too)
     Stats st = index_->stats();

@@ -57,7 +57,7 @@ class SmartHT final : public Scheme {
 
   // Waits for a background filter rebuild (recovery or resize) to finish.
   void wait_for_filter() const;
-  void wait_ready() override { wait_for_filter(); }
+  void wait_idle() override { wait_for_filter(); }
 
  private:
   struct alignas(64) Stripe {

@@ -365,9 +365,12 @@ void Wophi::recover_pab() {
   pab_next_ = high;
 }
 
-void Wophi::close() {
-  // A growth in progress commits first.
+void Wophi::wait_idle() {
   if (common::Worker* w = grower_.load(std::memory_order_acquire)) w->wait_idle();
+}
+
+void Wophi::close() {
+  wait_idle();  // a growth in progress commits first
   // Clean shutdown: the counter is exact again (holes left by a crash are lost space).
   std::atomic_ref<uint64_t>(root_->expand_bucket_num).store(pab_next_.load());
   pool_.persister().persist(&root_->expand_bucket_num, 8);

@@ -74,6 +74,7 @@ class Wophi final : public Scheme {
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
   void close() override;
+  void wait_idle() override;
   void stop() override;
 
  private:
