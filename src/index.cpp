@@ -361,7 +361,7 @@ Stats Index::stats() const {
 // Alone at the gate: a check that runs beside writers or background work reports blocks
 // that are allocated but not yet linked as leaks, and reads what they are writing.
 Status Index::check(std::string* report) const {
-  if (impl_->gate.inside_a_call())
+  if (common::OpGate::inside_any_call())  // it would wait for that call: a deadlock
     return {Code::kInvalidArgument, "check() called from inside a for_each callback"};
   unsigned tid = impl_->threads->try_id();
   if (tid == pm::ThreadRegistry::kNoId) return refused_status(*impl_);

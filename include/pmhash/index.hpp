@@ -72,7 +72,8 @@ class Index {
   Stats stats() const;
   // Structural self-check (fsck) of the scheme plus the pool allocator's leak check. It
   // waits for the calls in progress and holds new ones until it ends (they wait, they do
-  // not fail); kInvalidArgument from inside a for_each callback.
+  // not fail), so a for_each callback must not wait for another thread's call on this index
+  // while a check() may start. kInvalidArgument from inside any for_each callback.
   Status check(std::string* report = nullptr) const;
   // Visits every live item (no concurrent writers allowed while it runs).
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
