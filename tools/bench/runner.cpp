@@ -97,6 +97,33 @@ class DramTarget : public Target {
   Stripe stripes_[1024];
 };
 
+// Reports every operation's key to RunConfig::on_op, then passes it on.
+class TraceTarget : public Target {
+ public:
+  TraceTarget(std::unique_ptr<Target> t, const std::function<void(char, const std::string&)>& f)
+      : t_(std::move(t)), f_(f) {}
+  Code insert(const std::string& k, const std::string& v) override {
+    f_('i', k);
+    return t_->insert(k, v);
+  }
+  Code update(const std::string& k, const std::string& v) override {
+    f_('u', k);
+    return t_->update(k, v);
+  }
+  Code get(const std::string& k, std::string* v) override {
+    f_('g', k);
+    return t_->get(k, v);
+  }
+  Code remove(const std::string& k) override {
+    f_('r', k);
+    return t_->remove(k);
+  }
+
+ private:
+  std::unique_ptr<Target> t_;
+  const std::function<void(char, const std::string&)>& f_;
+};
+
 void pin_thread(int t) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -156,7 +183,9 @@ Row Runner::base_row(const std::string& workload) const {
   r.tags["variant"] = c_.variant;
   r.tags["format"] = format_name(c_.format);
   r.tags["workload"] = workload;
-  r.tags["dist"] = c_.dist.name();
+  r.tags["dist"] = c_.dist.name();  // the run's --dist
+  // What this row's keys were drawn from (YCSB-D defines its own: latest).
+  r.tags["key_dist"] = (phase_dist_ ? *phase_dist_ : c_.dist).name();
   if (!c_.label.empty()) r.tags["label"] = c_.label;
   if (c_.sequential_keys) r.tags["keys"] = "sequential";
   r.values["threads"] = c_.threads;
@@ -300,7 +329,6 @@ bool Runner::run_workload(const std::string& w) {
     ks.value(id, 0, &v);
     return tg.insert(k, v) == Code::kOk;
   };
-  constexpr uint64_t kAbsent = uint64_t{1} << 62;  // ids never inserted
   if (w == "read") {
     phase(
         w, c_.ops,
@@ -311,8 +339,8 @@ bool Runner::run_workload(const std::string& w) {
   } else if (w == "negread") {
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-          return read(kAbsent + rng() % (N * 4), k, o);
+        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
+          return read(kAbsent + ch.next(N), k, o);  // the distribution over the absent ids
         },
         false, true);
   } else if (w == "update") {
@@ -322,20 +350,26 @@ bool Runner::run_workload(const std::string& w) {
           return update(ch.next(N), k, v);
         },
         true, false);
-  } else if (w == "insert") {
+  } else if (w == "insert") {  // new ids N0 .. N0+ops-1, in the distribution's order
+    uint64_t n0 = next.load();
+    IdOrder order(c_.dist, c_.ops, c_.seed * 31 + 2);
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
-          return insert_new(k, v);
+        [&, n0](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+          uint64_t id = n0 + order.at(next.fetch_add(1) - n0);
+          ks.key(id, &k);
+          ks.value(id, 0, &v);
+          return tg.insert(k, v) == Code::kOk;
         },
         true, false);
-  } else if (w == "delete") {  // each thread deletes its own loaded ids: all must succeed
+  } else if (w == "delete") {  // loaded ids, each once, in the distribution's order
     uint64_t total = std::min(c_.ops, N);
     int T = c_.threads;
+    IdOrder order(c_.dist, N, c_.seed * 31 + 3);
     phase(
         w, total,
         [&, T](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
-          ks.key(i * T + t, &k);
+          ks.key(order.at(i * T + t), &k);
           return tg.remove(k) == Code::kOk;
         },
         true, false);
@@ -409,7 +443,7 @@ void Runner::lfsweep() {
     phase(
         "lfsweep-negread", 50000,
         [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-          ks_.key((uint64_t{1} << 62) + rng() % (1ull << 40), &k);
+          ks_.key(kAbsent + rng() % (1ull << 40), &k);
           return target_->get(k, &o) == Code::kOk;
         },
         false, true);
@@ -448,6 +482,11 @@ bool Runner::recovery(std::string* error) {
 }
 
 bool Runner::go(std::string* error) {
+  // Refuse a --dist a workload would not honour, before anything runs.
+  std::vector<std::string> ws = c_.workloads;
+  if (c_.keys > 0) ws.insert(ws.begin(), "load");
+  for (auto& w : ws)
+    if (w != "ycsb-d" && !honours(w, c_.dist, error)) return false;
   if (c_.variant == "dram") {
     target_ = std::make_unique<DramTarget>();
   } else {
@@ -472,16 +511,19 @@ bool Runner::go(std::string* error) {
     }
     target_ = std::make_unique<IndexTarget>(index_.get());
   }
-  if (c_.keys > 0) {
+  if (c_.on_op) target_ = std::make_unique<TraceTarget>(std::move(target_), c_.on_op);
+  if (c_.keys > 0) {  // every id once, in the distribution's order
     uint64_t N = c_.keys;
     int T = c_.threads;
     next_id_ = N;
+    IdOrder order(c_.dist, N, c_.seed * 31 + 1);
     phase(
         "load", N,
         [&, T, N](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v,
                   std::string&) {
-          uint64_t id = i * T + t;
-          if (id >= N) return false;
+          uint64_t pos = i * T + t;
+          if (pos >= N) return false;
+          uint64_t id = order.at(pos);
           ks_.key(id, &k);
           ks_.value(id, 0, &v);
           return target_->insert(k, v) == Code::kOk;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct RunConfig {
   bool pin = true;
   bool progress = true;
   uint64_t seed = 1;
+  // Tests: called with every operation ('i' insert, 'u' update, 'g' get, 'r' remove) and its
+  // key, from the thread that issues it (tests/bench_test.cpp checks the key streams).
+  std::function<void(char op, const std::string& key)> on_op;
 };
 
 struct Row {
