@@ -51,6 +51,13 @@ TEST(Bench, CountsAddUpForEveryWorkload) {
       EXPECT_GT(w["load"].values["flushes_per_op"], 0);
       EXPECT_EQ(w["recover-crash"].values["keys_intact"], 1);
       EXPECT_EQ(w["recover-clean"].values["keys_intact"], 1);
+      // TurboHash rows give the paper's load factor too: 13 of 14 slots per bucket count.
+      auto& load = w["load"].values;
+      if (scheme == "turbohash") {
+        EXPECT_NEAR(load["load_factor_paper"], load["load_factor"] * 14 / 13, 1e-9);
+      } else {
+        EXPECT_FALSE(load.count("load_factor_paper")) << scheme;
+      }
     }
   }
 }
@@ -106,6 +113,55 @@ TEST(Bench, MediansAndDistributions) {
   bench::DistSpec bad;
   EXPECT_FALSE(bench::DistSpec::parse("selfsimilar:1.5", &bad));
   EXPECT_FALSE(bench::DistSpec::parse("gaussian", &bad));
+}
+
+// Percentiles only where the point has enough samples (100 past the percentile): p99.99 from
+// 10^6 samples (every 16th operation is timed); medians carry every measured value's spread.
+TEST(Bench, PercentilesNeedEnoughSamplesAndRepeatsReportSpread) {
+  bench::RunConfig c;
+  c.variant = "dram";
+  c.threads = 1;
+  c.keys = 1000;
+  c.ops = 16'000'000;  // exactly 10^6 samples
+  c.progress = false;
+  c.recovery = false;
+  c.workloads = {"read"};
+  std::vector<bench::Row> rows;
+  std::string err;
+  ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+  auto w = by_workload(rows);
+  EXPECT_EQ(w["read"].values["latency_samples"], 1e6);
+  EXPECT_TRUE(w["read"].values.count("p9999_ns"));
+  EXPECT_EQ(w["load"].values["latency_samples"], 1000 / 16 + 1);
+  EXPECT_FALSE(w["load"].values.count("p9999_ns"));  // 63 samples: no p99.99, no p99.9
+  EXPECT_FALSE(w["load"].values.count("p999_ns"));
+  EXPECT_TRUE(w["load"].values.count("p50_ns"));
+  std::vector<std::vector<bench::Row>> reps(3);
+  for (int i = 0; i < 3; ++i) {
+    bench::Row r;
+    r.values["p99_ns"] = 100 + i;
+    r.values["threads"] = 2;
+    reps[i].push_back(r);
+  }
+  auto m = bench::median_rows(reps);
+  EXPECT_EQ(m[0].values["p99_ns_min"], 100);
+  EXPECT_EQ(m[0].values["p99_ns_max"], 102);
+  EXPECT_FALSE(m[0].values.count("threads_min"));  // a setting, not a measurement
+}
+
+// Repeats (seeds 1, 2, ...) measure different key sets; seed 1 keeps the historical keys.
+TEST(Bench, SeedsPickDifferentKeySets) {
+  bench::KeySpace s1(true, 8, 8, false, 0), s2(true, 8, 8, false, 12345), seq(true, 8, 8, true, 7);
+  std::string a, b, q;
+  s1.key(5, &a);
+  s2.key(5, &b);
+  seq.key(5, &q);
+  uint64_t ka, kq;
+  std::memcpy(&ka, a.data(), 8);
+  std::memcpy(&kq, q.data(), 8);
+  EXPECT_EQ(ka, bench::scramble(5));
+  EXPECT_NE(a, b);
+  EXPECT_EQ(kq, 5u);  // sequential keys are the ids, whatever the seed
 }
 
 // --- Every workload draws its keys from the distribution it is labelled with ---------------

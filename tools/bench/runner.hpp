@@ -44,6 +44,8 @@ struct RunConfig {
   std::function<void(char op, const std::string& key)> on_op;
 };
 
+inline constexpr double kMinSamplesP9999 = 1e6;  // fewer: p99.99 is "n/a (<1e6 samples)"
+
 struct Row {
   std::map<std::string, std::string> tags;
   std::map<std::string, double> values;

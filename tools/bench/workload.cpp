@@ -9,7 +9,7 @@
 namespace pmhash::bench {
 
 void KeySpace::key(uint64_t id, std::string* out) const {
-  uint64_t k = sequential_ ? id : scramble(id);
+  uint64_t k = sequential_ ? id : scramble(id ^ salt_);
   if (fixed_) {
     out->assign(reinterpret_cast<const char*>(&k), 8);
     return;

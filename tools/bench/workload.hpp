@@ -20,9 +20,13 @@ inline uint64_t scramble(uint64_t x) {
 
 class KeySpace {
  public:
-  KeySpace(bool fixed, size_t key_size, size_t value_size, bool sequential = false)
+  // `salt` (< 2^62, so loaded and absent ids stay apart) picks another key set for the same
+  // ids: repeats of a run (--repeat, seeds 1, 2, ...) measure different keys.
+  KeySpace(bool fixed, size_t key_size, size_t value_size, bool sequential = false,
+           uint64_t salt = 0)
       : fixed_(fixed),
         sequential_(sequential),
+        salt_(salt & ((uint64_t{1} << 62) - 1)),
         key_size_(fixed ? 8 : key_size),
         value_size_(fixed ? 8 : value_size) {}
   // Writes key `id` into *out (reuses its capacity).
@@ -34,6 +38,7 @@ class KeySpace {
  private:
   bool fixed_;
   bool sequential_;  // keys are the ids themselves (WOPHI's SequenceNum), not scrambled
+  uint64_t salt_;
   size_t key_size_, value_size_;
 };
 
