@@ -539,6 +539,15 @@ int pmhash::bench::bench_main(int argc, char** argv) {
         }
   }
 
+  // Refuse a distribution a workload would not honour before anything runs (a suite too).
+  for (auto& c : configs)
+    for (auto& w : c.workloads) {
+      std::string why;
+      if (w != "ycsb-d" && !honours(w, c.dist, &why)) {
+        std::fprintf(stderr, "pmhash-bench: %s\n", why.c_str());
+        return 2;
+      }
+    }
   std::fprintf(stderr, "pmhash-bench: %zu runs x %d repeats; pool dir %s\n", configs.size(), repeat,
                base.pool_dir.c_str());
   std::vector<Row> all;
