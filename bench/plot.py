@@ -83,10 +83,12 @@ def main():
             for r in phases:
                 if r.get("variant") != "pm" or r["workload"] == "load":
                     continue
+                # A percentile the point has too few samples for is absent (docs/bench.md).
                 ys = [r.get(k) for k, _ in pcts]
-                if None in ys:
+                n = ys.index(None) if None in ys else len(ys)
+                if n < 2:
                     continue
-                ax.plot(range(len(pcts)), ys, marker=".", label=r["workload"] + " " + label(r))
+                ax.plot(range(n), ys[:n], marker=".", label=r["workload"] + " " + label(r))
             ax.set_xticks(range(len(pcts)))
             ax.set_xticklabels(["p%g" % q for _, q in pcts])
             ax.set_yscale("log")

@@ -2,6 +2,10 @@
 #ifdef PMHASH_HAVE_BENCH
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <set>
+
 #include "report.hpp"
 #include "runner.hpp"
 #include "test_util.hpp"
@@ -47,6 +51,13 @@ TEST(Bench, CountsAddUpForEveryWorkload) {
       EXPECT_GT(w["load"].values["flushes_per_op"], 0);
       EXPECT_EQ(w["recover-crash"].values["keys_intact"], 1);
       EXPECT_EQ(w["recover-clean"].values["keys_intact"], 1);
+      // TurboHash rows give the paper's load factor too: 13 of 14 slots per bucket count.
+      auto& load = w["load"].values;
+      if (scheme == "turbohash") {
+        EXPECT_NEAR(load["load_factor_paper"], load["load_factor"] * 14 / 13, 1e-9);
+      } else {
+        EXPECT_FALSE(load.count("load_factor_paper")) << scheme;
+      }
     }
   }
 }
@@ -102,6 +113,236 @@ TEST(Bench, MediansAndDistributions) {
   bench::DistSpec bad;
   EXPECT_FALSE(bench::DistSpec::parse("selfsimilar:1.5", &bad));
   EXPECT_FALSE(bench::DistSpec::parse("gaussian", &bad));
+}
+
+// Percentiles only where the point has enough samples (100 past the percentile): p99.99 from
+// 10^6 samples (every 16th operation is timed); medians carry every measured value's spread.
+TEST(Bench, PercentilesNeedEnoughSamplesAndRepeatsReportSpread) {
+  bench::RunConfig c;
+  c.variant = "dram";
+  c.threads = 1;
+  c.keys = 1000;
+  c.ops = 16'000'000;  // exactly 10^6 samples
+  c.progress = false;
+  c.recovery = false;
+  c.workloads = {"read"};
+  std::vector<bench::Row> rows;
+  std::string err;
+  ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+  auto w = by_workload(rows);
+  EXPECT_EQ(w["read"].values["latency_samples"], 1e6);
+  EXPECT_TRUE(w["read"].values.count("p9999_ns"));
+  EXPECT_EQ(w["load"].values["latency_samples"], 1000 / 16 + 1);
+  EXPECT_FALSE(w["load"].values.count("p9999_ns"));  // 63 samples: no p99.99, no p99.9
+  EXPECT_FALSE(w["load"].values.count("p999_ns"));
+  EXPECT_TRUE(w["load"].values.count("p50_ns"));
+  std::vector<std::vector<bench::Row>> reps(3);
+  for (int i = 0; i < 3; ++i) {
+    bench::Row r;
+    r.values["p99_ns"] = 100 + i;
+    r.values["threads"] = 2;
+    reps[i].push_back(r);
+  }
+  auto m = bench::median_rows(reps);
+  EXPECT_EQ(m[0].values["p99_ns_min"], 100);
+  EXPECT_EQ(m[0].values["p99_ns_max"], 102);
+  EXPECT_FALSE(m[0].values.count("threads_min"));  // a setting, not a measurement
+}
+
+// Repeats (seeds 1, 2, ...) measure different key sets; seed 1 keeps the historical keys.
+TEST(Bench, SeedsPickDifferentKeySets) {
+  bench::KeySpace s1(true, 8, 8, false, 0), s2(true, 8, 8, false, 12345), seq(true, 8, 8, true, 7);
+  std::string a, b, q;
+  s1.key(5, &a);
+  s2.key(5, &b);
+  seq.key(5, &q);
+  uint64_t ka, kq;
+  std::memcpy(&ka, a.data(), 8);
+  std::memcpy(&kq, q.data(), 8);
+  EXPECT_EQ(ka, bench::scramble(5));
+  EXPECT_NE(a, b);
+  EXPECT_EQ(kq, 5u);  // sequential keys are the ids, whatever the seed
+}
+
+// --- Every workload draws its keys from the distribution it is labelled with ---------------
+// A traced run on the DRAM reference (1 thread, keys = ids): the ids each operation touched.
+struct Op {
+  char op;
+  uint64_t id;
+};
+std::vector<Op> traced(const std::string& dist, std::vector<std::string> workloads, uint64_t keys,
+                       uint64_t ops, std::string* err = nullptr) {
+  bench::RunConfig c;
+  c.variant = "dram";
+  c.threads = 1;
+  c.keys = keys;
+  c.ops = ops;
+  c.sequential_keys = true;  // key bytes are the id
+  c.progress = false;
+  c.pin = false;
+  c.recovery = false;
+  c.workloads = std::move(workloads);
+  EXPECT_TRUE(bench::DistSpec::parse(dist, &c.dist)) << dist;
+  std::vector<Op> out;
+  c.on_op = [&](char op, const std::string& k) {
+    uint64_t id;
+    std::memcpy(&id, k.data(), 8);
+    out.push_back({op, id});
+  };
+  std::vector<bench::Row> rows;
+  std::string e;
+  bool ok = bench::run(c, &rows, &e);
+  if (err) {
+    *err = ok ? "" : e;
+  } else {
+    EXPECT_TRUE(ok) << e;
+  }
+  return out;
+}
+
+// Draws after the load (the first `keys` operations), of the given kinds.
+std::vector<uint64_t> draws(const std::vector<Op>& ops, uint64_t keys, const std::string& kinds) {
+  std::vector<uint64_t> v;
+  for (size_t i = keys; i < ops.size(); ++i)
+    if (kinds.find(ops[i].op) != std::string::npos) v.push_back(ops[i].id);
+  return v;
+}
+
+struct Shape {
+  double top = 0;          // share of draws on the most drawn id
+  double top20 = 0;        // share of draws on the most drawn 20% of the `space` ids
+  double max_vs_mean = 0;  // most drawn id's count / the mean count over `space`
+};
+Shape shape(const std::vector<uint64_t>& ids, uint64_t space) {
+  std::map<uint64_t, uint64_t> n;
+  for (uint64_t id : ids) n[id]++;
+  std::vector<uint64_t> c;
+  for (auto& [id, k] : n) c.push_back(k);
+  std::sort(c.rbegin(), c.rend());
+  Shape s;
+  double total = double(ids.size());
+  s.top = c.empty() ? 0 : double(c[0]) / total;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < c.size() && i < space / 5; ++i) sum += c[i];
+  s.top20 = double(sum) / total;
+  s.max_vs_mean = c.empty() ? 0 : double(c[0]) / (total / double(space));
+  return s;
+}
+
+constexpr uint64_t kKeys = 2000, kOps = 200000;  // 100 draws per key on average
+
+// Uniform is flat, zipfian 0.99 puts ~1/zeta(n) of the draws on its top id, self-similar 0.2
+// puts ~80% on 20% of the ids. Fixed seeds: the bounds are this seed's results with margin.
+void expect_shapes(const std::string& what, const Shape& uni, const Shape& zipf,
+                   const Shape& self) {
+  EXPECT_LT(uni.max_vs_mean, 1.5) << what;  // 100 expected per id
+  EXPECT_LT(uni.top20, 0.25) << what;
+  EXPECT_GT(zipf.top, 0.05) << what;  // 1 / zeta(2000, 0.99) = 0.12
+  EXPECT_GT(zipf.top, 50 * uni.top) << what;
+  EXPECT_NEAR(self.top20, 0.80, 0.05) << what;
+}
+
+TEST(BenchDist, ReadsUpdatesAndYcsbMixesDrawFromTheirDistribution) {
+  for (std::string w : {"read", "update", "mixed", "ycsb-a", "ycsb-b", "ycsb-c", "ycsb-f"}) {
+    auto sh = [&](const std::string& d) {
+      // Loaded ids only: mixed also inserts new keys ('i'), which are not drawn.
+      return shape(draws(traced(d, {w}, kKeys, kOps), kKeys, "gu"), kKeys);
+    };
+    expect_shapes(w, sh("uniform"), sh("zipfian:0.99"), sh("selfsimilar:0.2"));
+  }
+}
+
+TEST(BenchDist, NegativeReadsDrawTheDistributionOverAbsentKeys) {
+  std::map<std::string, Shape> s;
+  for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
+    auto ids = draws(traced(d, {"negread"}, kKeys, kOps), kKeys, "g");
+    ASSERT_EQ(ids.size(), kOps);
+    for (uint64_t id : ids) ASSERT_GE(id, kKeys) << d;  // never a loaded key
+    s[d] = shape(ids, kKeys);                           // the absent space is as large
+  }
+  expect_shapes("negread", s["uniform"], s["zipfian:0.99"], s["selfsimilar:0.2"]);
+}
+
+// Load and delete touch every key once; the distribution is their order: the ids a read of
+// the same run draws most often come first (successive sampling without replacement).
+struct OrderShape {
+  double top_pos = 0;    // position of the most read id in the order, as a fraction
+  double hot_first = 0;  // share of the most read 20% of ids among the first 20% of the order
+};
+OrderShape order_shape(const std::vector<uint64_t>& order, const std::vector<uint64_t>& reads,
+                       uint64_t n) {
+  std::map<uint64_t, uint64_t> cnt;
+  for (uint64_t id : reads) cnt[id]++;
+  std::vector<std::pair<uint64_t, uint64_t>> by;  // (count, id)
+  for (auto& [id, k] : cnt) by.push_back({k, id});
+  std::sort(by.rbegin(), by.rend());
+  std::set<uint64_t> hot;
+  for (size_t i = 0; i < by.size() && i < n / 5; ++i) hot.insert(by[i].second);
+  OrderShape s;
+  size_t pos = std::find(order.begin(), order.end(), by[0].second) - order.begin();
+  s.top_pos = double(pos) / double(n);
+  size_t h = 0;
+  for (size_t i = 0; i < n / 5 && i < order.size(); ++i) h += hot.count(order[i]);
+  s.hot_first = double(h) / double(n / 5);
+  return s;
+}
+
+TEST(BenchDist, LoadAndDeleteOrderFollowTheDistribution) {
+  std::map<std::string, OrderShape> load, del;
+  for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
+    auto ops = traced(d, {"read", "delete"}, kKeys, kOps);
+    std::vector<uint64_t> loaded, reads, deleted;
+    for (auto& o : ops) (o.op == 'i' ? loaded : o.op == 'g' ? reads : deleted).push_back(o.id);
+    ASSERT_EQ(loaded.size(), kKeys) << d;
+    ASSERT_EQ(deleted.size(), kKeys) << d;  // each key once: ops > keys deletes them all
+    ASSERT_EQ(std::set<uint64_t>(loaded.begin(), loaded.end()).size(), kKeys) << d;
+    ASSERT_EQ(std::set<uint64_t>(deleted.begin(), deleted.end()).size(), kKeys) << d;
+    load[d] = order_shape(loaded, reads, kKeys);
+    del[d] = order_shape(deleted, reads, kKeys);
+  }
+  for (auto* m : {&load, &del}) {
+    const char* what = m == &load ? "load" : "delete";
+    EXPECT_NEAR((*m)["uniform"].hot_first, 0.2, 0.06) << what;  // order unrelated to heat
+    EXPECT_GT((*m)["uniform"].top_pos, 0.05) << what;
+    EXPECT_LT((*m)["zipfian:0.99"].top_pos, 0.05) << what;  // the hottest id comes early
+    EXPECT_GT((*m)["selfsimilar:0.2"].hot_first, 0.4) << what;
+  }
+}
+
+TEST(BenchDist, RefusesWhatItDoesNotHonour) {
+  // (dist, workloads, keys): each combination must fail with an error naming the workload.
+  struct Case {
+    std::string dist, workload;
+    uint64_t keys;
+  };
+  for (const Case& c : {Case{"zipfian:0.99", "lfsweep", 0}, Case{"selfsimilar:0.2", "lfsweep", 0},
+                        Case{"latest", "negread", 100}, Case{"latest", "delete", 100}}) {
+    std::string err;
+    auto ops = traced(c.dist, {c.workload}, c.keys, 100, &err);
+    EXPECT_NE(err.find("'" + c.workload + "'"), std::string::npos)
+        << c.dist << " " << c.workload << ": " << err;
+    EXPECT_TRUE(ops.empty()) << "refused before any operation: " << c.dist << " " << c.workload;
+  }
+  // Latest reads favour the last loaded ids (the load is in id order).
+  auto reads = draws(traced("latest", {"read"}, kKeys, kOps), kKeys, "g");
+  uint64_t recent = 0;
+  for (uint64_t id : reads) recent += id >= kKeys - kKeys / 5;
+  EXPECT_GT(double(recent) / double(reads.size()), 0.5);
+  // YCSB-D names its own distribution (latest) and its row says so in key_dist.
+  bench::RunConfig c;
+  c.variant = "dram";
+  c.keys = 1000;
+  c.ops = 1000;
+  c.progress = false;
+  c.recovery = false;
+  c.workloads = {"ycsb-d"};
+  ASSERT_TRUE(bench::DistSpec::parse("zipfian:0.99", &c.dist));
+  std::vector<bench::Row> rows;
+  std::string err;
+  ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+  EXPECT_EQ(by_workload(rows)["ycsb-d"].tags["key_dist"], "latest");
+  EXPECT_EQ(by_workload(rows)["ycsb-d"].tags["dist"], "zipfian:0.99");  // the run's --dist
+  EXPECT_EQ(by_workload(rows)["load"].tags["key_dist"], "zipfian:0.99");
 }
 
 }  // namespace

@@ -539,6 +539,15 @@ int pmhash::bench::bench_main(int argc, char** argv) {
         }
   }
 
+  // Refuse a distribution a workload would not honour before anything runs (a suite too).
+  for (auto& c : configs)
+    for (auto& w : c.workloads) {
+      std::string why;
+      if (w != "ycsb-d" && !honours(w, c.dist, &why)) {
+        std::fprintf(stderr, "pmhash-bench: %s\n", why.c_str());
+        return 2;
+      }
+    }
   std::fprintf(stderr, "pmhash-bench: %zu runs x %d repeats; pool dir %s\n", configs.size(), repeat,
                base.pool_dir.c_str());
   std::vector<Row> all;
@@ -564,9 +573,11 @@ int pmhash::bench::bench_main(int argc, char** argv) {
   std::printf("pmhash-bench — pool mode: %s (pool dir %s); machine: %s\n", mode.c_str(),
               base.pool_dir.c_str(), machine_summary().c_str());
   std::printf(
-      "medians of %d run(s); xoff = throughput / same scheme with persistence off; "
-      "xdram = throughput / DRAM reference table\n\n",
-      repeat);
+      "medians of %d run(s) (±: half the min-max range; every value's _min/_max in the JSON); "
+      "xoff = throughput / same scheme with persistence off; xdram = throughput / DRAM "
+      "reference table; LFpap = the paper's load factor where it counts capacity differently; "
+      "p99.99: n/a (<1e6 samples)%s\n\n",
+      repeat, repeat < 3 ? "\nWARNING: fewer than 3 runs: not a result to quote (--repeat 3)" : "");
   print_table(all, stdout);
   if (!json_path.empty()) std::ofstream(json_path) << to_json(all, command, suite_name, repeat);
   if (!csv_path.empty()) std::ofstream(csv_path) << to_csv(all);

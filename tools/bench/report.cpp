@@ -15,6 +15,12 @@
 
 namespace pmhash::bench {
 
+namespace {
+// Values a run is configured with (the same in every repeat): no spread to report.
+const std::set<std::string> kSetting = {"threads",  "keys", "key_size",      "value_size",
+                                        "delay_ns", "ops",  "expect_all_ok", "expect_none_ok"};
+}  // namespace
+
 std::vector<Row> median_rows(const std::vector<std::vector<Row>>& repeats) {
   if (repeats.empty()) return {};
   std::vector<Row> out = repeats[0];
@@ -28,7 +34,7 @@ std::vector<Row> median_rows(const std::vector<std::vector<Row>>& repeats) {
         if (i < rep.size() && rep[i].values.count(k)) xs.push_back(rep[i].values.at(k));
       std::sort(xs.begin(), xs.end());
       v = xs.size() % 2 ? xs[xs.size() / 2] : (xs[xs.size() / 2 - 1] + xs[xs.size() / 2]) / 2;
-      if (k == "mops" || k == "recovery_ms" || k == "ready_ms") {
+      if (!kSetting.count(k)) {  // every measured number carries its spread
         out[i].values[k + "_min"] = xs.front();
         out[i].values[k + "_max"] = xs.back();
       }
@@ -93,9 +99,10 @@ std::vector<std::string> count_violations(const std::vector<Row>& rows) {
 }
 
 void print_table(const std::vector<Row>& rows, FILE* out) {
-  std::fprintf(out, "%-10s %-5s %-12s %-8s %2s %-14s %8s %8s %8s %9s %6s %6s %5s %7s %7s %6s %6s\n",
+  std::fprintf(out,
+               "%-10s %-5s %-12s %-8s %2s %-14s %13s %8s %8s %9s %6s %6s %5s %5s %7s %7s %6s %6s\n",
                "scheme", "var", "label", "format", "T", "workload", "Mops/s", "p50ns", "p99ns",
-               "p99.99ns", "fl/op", "fe/op", "LF", "PMB/key", "DRB/key", "xoff", "xdram");
+               "p99.99ns", "fl/op", "fe/op", "LF", "LFpap", "PMB/key", "DRB/key", "xoff", "xdram");
   for (auto& r : rows) {
     std::string w = tag(r, "workload");
     if (w.rfind("lfsweep", 0) == 0 && w != "lfsweep-negread") continue;  // see the JSON
@@ -114,13 +121,25 @@ void print_table(const std::vector<Row>& rows, FILE* out) {
       std::snprintf(b, sizeof b, fmt, x);
       return std::string(b);
     };
+    // The median with half its min-max range, when there were repeats.
+    auto spread = [&](const char* k, const char* fmt) {
+      std::string m = num(k, fmt);
+      double x = val(r, k), lo = val(r, std::string(k) + "_min"),
+             hi = val(r, std::string(k) + "_max");
+      if (m == "-" || std::isnan(lo) || std::isnan(hi) || x <= 0 || val(r, "repeats") < 2) return m;
+      char b[16];
+      std::snprintf(b, sizeof b, "±%.0f%%", 50.0 * (hi - lo) / x);
+      return m + b;
+    };
+    std::string p9999 = num("p9999_ns", "%.0f");
+    if (p9999 == "-" && val(r, "latency_samples") >= 0) p9999 = "n/a";  // < 1e6 samples
     std::fprintf(
-        out, "%-10s %-5s %-12s %-8s %2.0f %-14s %8s %8s %8s %9s %6s %6s %5s %7s %7s %6s %6s\n",
+        out, "%-10s %-5s %-12s %-8s %2.0f %-14s %13s %8s %8s %9s %6s %6s %5s %5s %7s %7s %6s %6s\n",
         tag(r, "scheme").c_str(), tag(r, "variant").c_str(), tag(r, "label").c_str(),
-        tag(r, "format").c_str(), val(r, "threads"), w.c_str(), num("mops", "%.3f").c_str(),
-        num("p50_ns", "%.0f").c_str(), num("p99_ns", "%.0f").c_str(),
-        num("p9999_ns", "%.0f").c_str(), num("flushes_per_op", "%.2f").c_str(),
-        num("fences_per_op", "%.2f").c_str(), num("load_factor", "%.2f").c_str(),
+        tag(r, "format").c_str(), val(r, "threads"), w.c_str(), spread("mops", "%.3f").c_str(),
+        num("p50_ns", "%.0f").c_str(), num("p99_ns", "%.0f").c_str(), p9999.c_str(),
+        num("flushes_per_op", "%.2f").c_str(), num("fences_per_op", "%.2f").c_str(),
+        num("load_factor", "%.2f").c_str(), num("load_factor_paper", "%.2f").c_str(),
         num("pm_bytes_per_key", "%.1f").c_str(), num("dram_bytes_per_key", "%.1f").c_str(),
         num("vs_off", "%.2f").c_str(), num("vs_dram", "%.2f").c_str());
   }

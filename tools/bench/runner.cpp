@@ -97,6 +97,33 @@ class DramTarget : public Target {
   Stripe stripes_[1024];
 };
 
+// Reports every operation's key to RunConfig::on_op, then passes it on.
+class TraceTarget : public Target {
+ public:
+  TraceTarget(std::unique_ptr<Target> t, const std::function<void(char, const std::string&)>& f)
+      : t_(std::move(t)), f_(f) {}
+  Code insert(const std::string& k, const std::string& v) override {
+    f_('i', k);
+    return t_->insert(k, v);
+  }
+  Code update(const std::string& k, const std::string& v) override {
+    f_('u', k);
+    return t_->update(k, v);
+  }
+  Code get(const std::string& k, std::string* v) override {
+    f_('g', k);
+    return t_->get(k, v);
+  }
+  Code remove(const std::string& k) override {
+    f_('r', k);
+    return t_->remove(k);
+  }
+
+ private:
+  std::unique_ptr<Target> t_;
+  const std::function<void(char, const std::string&)>& f_;
+};
+
 void pin_thread(int t) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -110,7 +137,7 @@ struct ThreadOut {
   std::vector<uint32_t> lat_ns;  // every 16th op
 };
 
-double percentile(std::vector<uint32_t>& v, double p) {
+double percentile(std::vector<uint32_t>& v, double p) {  // v not empty
   if (v.empty()) return 0;
   size_t i = std::min(v.size() - 1, static_cast<size_t>(p * double(v.size())));
   std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
@@ -121,7 +148,8 @@ class Runner {
  public:
   Runner(const RunConfig& c, std::vector<Row>* rows)
       : c_(c),
-        ks_(c.format == Format::kFixed, c.key_size, c.value_size, c.sequential_keys),
+        ks_(c.format == Format::kFixed, c.key_size, c.value_size, c.sequential_keys,
+            scramble(c.seed) ^ scramble(1)),  // seed 1: the historical key set
         rows_(rows) {}
 
   bool go(std::string* error);
@@ -156,7 +184,9 @@ Row Runner::base_row(const std::string& workload) const {
   r.tags["variant"] = c_.variant;
   r.tags["format"] = format_name(c_.format);
   r.tags["workload"] = workload;
-  r.tags["dist"] = c_.dist.name();
+  r.tags["dist"] = c_.dist.name();  // the run's --dist
+  // What this row's keys were drawn from (YCSB-D defines its own: latest).
+  r.tags["key_dist"] = (phase_dist_ ? *phase_dist_ : c_.dist).name();
   if (!c_.label.empty()) r.tags["label"] = c_.label;
   if (c_.sequential_keys) r.tags["keys"] = "sequential";
   r.values["threads"] = c_.threads;
@@ -173,6 +203,11 @@ void Runner::add_index_state(Row& r) {
   Stats s = index_->stats();
   r.values["size"] = double(s.size);
   r.values["load_factor"] = s.load_factor;
+  // A scheme whose paper counts capacity differently reports its capacity that way (TurboHash:
+  // 13 of 14 slots per bucket); the row gives both load factors.
+  auto paper = s.counters.find("capacity_slots_paper");
+  if (paper != s.counters.end() && paper->second > 0)
+    r.values["load_factor_paper"] = double(s.size) / paper->second;
   r.values["dram_bytes_per_key"] = s.size ? double(s.dram_bytes) / double(s.size) : 0;
   r.values["pm_bytes_per_key"] = s.size ? double(s.pm_bytes) / double(s.size) : 0;
   for (auto& [k, v] : s.counters) {
@@ -267,12 +302,15 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
   r.values["flushes_per_op"] = double(pc.flushes) / n;
   r.values["fences_per_op"] = double(pc.fences) / n;
   r.values["bytes_flushed_per_op"] = double(pc.bytes_flushed) / n;
-  for (auto [p, key] : {std::pair{0.5, "p50_ns"},
-                        {0.9, "p90_ns"},
-                        {0.99, "p99_ns"},
-                        {0.999, "p999_ns"},
-                        {0.9999, "p9999_ns"}})
-    r.values[key] = percentile(lat, p);
+  // A percentile needs enough samples past it: p99.99 only from 10^6 samples up (every 16th
+  // operation is timed: 16M operations), p99.9 from 10^5; otherwise the row has none.
+  r.values["latency_samples"] = double(lat.size());
+  for (auto [p, key, min_samples] : {std::tuple{0.5, "p50_ns", 1.0},
+                                     {0.9, "p90_ns", 1.0},
+                                     {0.99, "p99_ns", 1e4},
+                                     {0.999, "p999_ns", 1e5},
+                                     {0.9999, "p9999_ns", kMinSamplesP9999}})
+    if (double(lat.size()) >= min_samples) r.values[key] = percentile(lat, p);
   r.values["expect_all_ok"] = expect_all_ok;
   r.values["expect_none_ok"] = expect_none_ok;
   add_index_state(r);
@@ -300,7 +338,6 @@ bool Runner::run_workload(const std::string& w) {
     ks.value(id, 0, &v);
     return tg.insert(k, v) == Code::kOk;
   };
-  constexpr uint64_t kAbsent = uint64_t{1} << 62;  // ids never inserted
   if (w == "read") {
     phase(
         w, c_.ops,
@@ -311,8 +348,8 @@ bool Runner::run_workload(const std::string& w) {
   } else if (w == "negread") {
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-          return read(kAbsent + rng() % (N * 4), k, o);
+        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
+          return read(kAbsent + ch.next(N), k, o);  // the distribution over the absent ids
         },
         false, true);
   } else if (w == "update") {
@@ -322,20 +359,26 @@ bool Runner::run_workload(const std::string& w) {
           return update(ch.next(N), k, v);
         },
         true, false);
-  } else if (w == "insert") {
+  } else if (w == "insert") {  // new ids N0 .. N0+ops-1, in the distribution's order
+    uint64_t n0 = next.load();
+    IdOrder order(c_.dist, c_.ops, c_.seed * 31 + 2);
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
-          return insert_new(k, v);
+        [&, n0](int, uint64_t, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+          uint64_t id = n0 + order.at(next.fetch_add(1) - n0);
+          ks.key(id, &k);
+          ks.value(id, 0, &v);
+          return tg.insert(k, v) == Code::kOk;
         },
         true, false);
-  } else if (w == "delete") {  // each thread deletes its own loaded ids: all must succeed
+  } else if (w == "delete") {  // loaded ids, each once, in the distribution's order
     uint64_t total = std::min(c_.ops, N);
     int T = c_.threads;
+    IdOrder order(c_.dist, N, c_.seed * 31 + 3);
     phase(
         w, total,
         [&, T](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
-          ks.key(i * T + t, &k);
+          ks.key(order.at(i * T + t), &k);
           return tg.remove(k) == Code::kOk;
         },
         true, false);
@@ -409,7 +452,7 @@ void Runner::lfsweep() {
     phase(
         "lfsweep-negread", 50000,
         [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
-          ks_.key((uint64_t{1} << 62) + rng() % (1ull << 40), &k);
+          ks_.key(kAbsent + rng() % (1ull << 40), &k);
           return target_->get(k, &o) == Code::kOk;
         },
         false, true);
@@ -448,6 +491,11 @@ bool Runner::recovery(std::string* error) {
 }
 
 bool Runner::go(std::string* error) {
+  // Refuse a --dist a workload would not honour, before anything runs.
+  std::vector<std::string> ws = c_.workloads;
+  if (c_.keys > 0) ws.insert(ws.begin(), "load");
+  for (auto& w : ws)
+    if (w != "ycsb-d" && !honours(w, c_.dist, error)) return false;
   if (c_.variant == "dram") {
     target_ = std::make_unique<DramTarget>();
   } else {
@@ -472,16 +520,19 @@ bool Runner::go(std::string* error) {
     }
     target_ = std::make_unique<IndexTarget>(index_.get());
   }
-  if (c_.keys > 0) {
+  if (c_.on_op) target_ = std::make_unique<TraceTarget>(std::move(target_), c_.on_op);
+  if (c_.keys > 0) {  // every id once, in the distribution's order
     uint64_t N = c_.keys;
     int T = c_.threads;
     next_id_ = N;
+    IdOrder order(c_.dist, N, c_.seed * 31 + 1);
     phase(
         "load", N,
         [&, T, N](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v,
                   std::string&) {
-          uint64_t id = i * T + t;
-          if (id >= N) return false;
+          uint64_t pos = i * T + t;
+          if (pos >= N) return false;
+          uint64_t id = order.at(pos);
           ks_.key(id, &k);
           ks_.value(id, 0, &v);
           return target_->insert(k, v) == Code::kOk;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,7 +39,12 @@ struct RunConfig {
   bool pin = true;
   bool progress = true;
   uint64_t seed = 1;
+  // Tests: called with every operation ('i' insert, 'u' update, 'g' get, 'r' remove) and its
+  // key, from the thread that issues it (tests/bench_test.cpp checks the key streams).
+  std::function<void(char op, const std::string& key)> on_op;
 };
+
+inline constexpr double kMinSamplesP9999 = 1e6;  // fewer: p99.99 is "n/a (<1e6 samples)"
 
 struct Row {
   std::map<std::string, std::string> tags;

@@ -1,13 +1,15 @@
 #include "workload.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <numeric>
 
 namespace pmhash::bench {
 
 void KeySpace::key(uint64_t id, std::string* out) const {
-  uint64_t k = sequential_ ? id : scramble(id);
+  uint64_t k = sequential_ ? id : scramble(id ^ salt_);
   if (fixed_) {
     out->assign(reinterpret_cast<const char*>(&k), 8);
     return;
@@ -75,7 +77,46 @@ double zeta(uint64_t n, double theta) {
   return s;
 }
 
-KeyChooser::KeyChooser(const DistSpec& d, uint64_t n, uint64_t seed) : d_(d), n_(n), rng_(seed) {
+bool honours(const std::string& w, const DistSpec& d, std::string* why) {
+  bool uniform = d.dist == Dist::kUniform, latest = d.dist == Dist::kLatest;
+  std::string bad;
+  if (w == "lfsweep" && !uniform)
+    bad = "lfsweep inserts in id order and reads uniformly (the papers' load-factor sweeps)";
+  else if (w == "delete" && latest)
+    bad = "delete touches every key once in an order; 'latest' defines none";
+  else if (w == "negread" && latest)
+    bad = "negread draws absent keys; 'latest' (recent inserts) has no absent counterpart";
+  if (bad.empty()) return true;
+  *why = "--dist " + d.name() + " is not honoured by workload '" + w + "': " + bad;
+  return false;
+}
+
+RankMap::RankMap(uint64_t n) : n_(std::max<uint64_t>(1, n)) {
+  a_ = (0x9E3779B97F4A7C15ull % n_) | 1;
+  while (std::gcd(a_, n_) != 1) ++a_;
+  b_ = (0xD1B54A32D192ED03ull % n_);
+}
+
+IdOrder::IdOrder(const DistSpec& d, uint64_t n, uint64_t seed) {
+  if (d.dist == Dist::kUniform || d.dist == Dist::kLatest || n == 0) return;  // id order
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> exp1(1.0);
+  // Self-similar: P(rank < x n) = x^(1/e), e = log h / log(1-h).
+  double inv_e = std::log(1 - d.param) / std::log(d.param);
+  auto weight = [&](uint64_t r) {
+    if (d.dist == Dist::kZipfian) return 1.0 / std::pow(double(r + 1), d.param);
+    return std::pow(double(r + 1) / double(n), inv_e) - std::pow(double(r) / double(n), inv_e);
+  };
+  std::vector<std::pair<double, uint64_t>> clock(n);
+  for (uint64_t r = 0; r < n; ++r) clock[r] = {exp1(rng) / weight(r), r};
+  std::sort(clock.begin(), clock.end());
+  RankMap map(n);
+  order_.resize(n);
+  for (uint64_t p = 0; p < n; ++p) order_[p] = map.id(clock[p].second);
+}
+
+KeyChooser::KeyChooser(const DistSpec& d, uint64_t n, uint64_t seed)
+    : d_(d), n_(n), map_(n), rng_(seed) {
   if (d_.dist == Dist::kZipfian || d_.dist == Dist::kLatest) {
     double theta = d_.param;
     zetan_ = zeta(n, theta);
@@ -99,12 +140,13 @@ uint64_t KeyChooser::next(uint64_t n_now) {
     case Dist::kUniform:
       return rng_() % n_now;
     case Dist::kZipfian:
-      return scramble(zipf_rank(n_)) % n_now;  // hot keys spread out
+      return map_.id(zipf_rank(n_)) % n_now;  // hot keys spread out
     case Dist::kSelfSimilar: {
       double u = std::uniform_real_distribution<double>(0, 1)(rng_);
       uint64_t r = static_cast<uint64_t>(double(n_now) *
                                          std::pow(u, std::log(d_.param) / std::log(1 - d_.param)));
-      return scramble(r >= n_now ? n_now - 1 : r) % n_now;
+      if (r >= n_now) r = n_now - 1;
+      return (n_now == n_ ? map_.id(r) : RankMap(n_now).id(r)) % n_now;
     }
     case Dist::kLatest: {
       uint64_t r = zipf_rank(n_) % n_now;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace pmhash::bench {
 
@@ -19,9 +20,13 @@ inline uint64_t scramble(uint64_t x) {
 
 class KeySpace {
  public:
-  KeySpace(bool fixed, size_t key_size, size_t value_size, bool sequential = false)
+  // `salt` (< 2^62, so loaded and absent ids stay apart) picks another key set for the same
+  // ids: repeats of a run (--repeat, seeds 1, 2, ...) measure different keys.
+  KeySpace(bool fixed, size_t key_size, size_t value_size, bool sequential = false,
+           uint64_t salt = 0)
       : fixed_(fixed),
         sequential_(sequential),
+        salt_(salt & ((uint64_t{1} << 62) - 1)),
         key_size_(fixed ? 8 : key_size),
         value_size_(fixed ? 8 : value_size) {}
   // Writes key `id` into *out (reuses its capacity).
@@ -33,6 +38,7 @@ class KeySpace {
  private:
   bool fixed_;
   bool sequential_;  // keys are the ids themselves (WOPHI's SequenceNum), not scrambled
+  uint64_t salt_;
   size_t key_size_, value_size_;
 };
 
@@ -45,8 +51,40 @@ struct DistSpec {
   static bool parse(const std::string& s, DistSpec* out);  // uniform | zipfian:0.99 | ...
 };
 
-// Draws ids in [0, n). Zipfian is YCSB's (Gray et al.) with scrambled ranks; self-similar is
-// PiBench's; latest favours the largest ids (YCSB-D: read the latest inserts).
+// What each distribution means for each workload (docs/bench.md, "Key distributions"):
+// - reads, updates, YCSB A/B/C/F, mixed's reads: each operation draws a loaded id (with
+//   replacement) from the distribution.
+// - negread: draws an absent id the same way over an absent space as large as the loaded
+//   one (kAbsent + draw), so a skewed run repeats its hot absent keys.
+// - load, insert, delete: every id once; the distribution is the *order* (successive
+//   sampling without replacement: hot ids tend to come first, WOPHI's "zipfian order").
+//   Uniform keeps id order, which under the default key scramble is unrelated to the keys;
+//   so does latest for load and insert (id order is insertion order: what latest reads).
+// - YCSB-D always draws `latest` (its definition); its rows say so. Inserts of new keys
+//   inside mixed and YCSB-D are in id order (YCSB's insert order).
+// - lfsweep is uniform only; latest means nothing for absent keys or a deletion order.
+// Whether `workload` honours `d`; if not, *why says so.
+bool honours(const std::string& workload, const DistSpec& d, std::string* why);
+
+constexpr uint64_t kAbsent = uint64_t{1} << 62;  // ids >= kAbsent are never inserted
+
+// The rank -> id bijection on [0, n) every skewed distribution uses, so rank 0 is the same id
+// in every workload of a run (the hottest read key is among the first loaded), and no two
+// ranks share an id. Affine: a * r + b mod n, with a coprime to n.
+class RankMap {
+ public:
+  explicit RankMap(uint64_t n);
+  uint64_t id(uint64_t rank) const {
+    return static_cast<uint64_t>((unsigned __int128)a_ * (rank % n_) % n_ + b_) % n_;
+  }
+
+ private:
+  uint64_t n_, a_, b_;
+};
+
+// Draws ids in [0, n). Zipfian is YCSB's (Gray et al.); self-similar is PiBench's (a fraction
+// h of the ranks takes 1-h of the draws); both map ranks to ids with RankMap. Latest favours
+// the largest ids (YCSB-D: read the latest inserts).
 class KeyChooser {
  public:
   KeyChooser(const DistSpec& d, uint64_t n, uint64_t seed);
@@ -56,8 +94,22 @@ class KeyChooser {
   uint64_t zipf_rank(uint64_t n);
   DistSpec d_;
   uint64_t n_;
+  RankMap map_;
   std::mt19937_64 rng_;
   double zetan_ = 0, alpha_ = 0, eta_ = 0, zeta2_ = 0;
+};
+
+// The order in which load, insert and delete touch ids [0, n): position -> id. Uniform: id
+// order; zipfian and self-similar: successive sampling without replacement with the
+// distribution's weights (each rank r gets an exponential clock Exp(1) / weight(r); ranks in
+// clock order), so the first positions hold the hot ranks.
+class IdOrder {
+ public:
+  IdOrder(const DistSpec& d, uint64_t n, uint64_t seed);
+  uint64_t at(uint64_t pos) const { return order_.empty() ? pos : order_[pos]; }
+
+ private:
+  std::vector<uint64_t> order_;  // empty: identity
 };
 
 double zeta(uint64_t n, double theta);

@@ -453,6 +453,9 @@ void TurboHash::counters(std::map<std::string, double>* out) const {
   (*out)["records_moved"] = double(mv);
   (*out)["read_retries"] = double(rt);
   (*out)["shards"] = double(nshards_);
+  // The paper's (and its public code's) load factor divides by 13 slots per bucket: one is
+  // kept for the near-place update. Stats::load_factor divides by all 14.
+  (*out)["capacity_slots_paper"] = double(capacity_slots() / kSlots * (kSlots - 1));
   (*out)["simd_avx512"] = match_ == common::tag_match_avx512 ? 1 : 0;
 }
 
