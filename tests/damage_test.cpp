@@ -10,7 +10,7 @@
 //   PMHASH_FUZZ_TIME_LIMIT=S  seconds per case before it counts as a hang (default 10)
 //   PMHASH_FUZZ_STACKS=1  a dying or hanging child prints its stack
 //   PMHASH_FUZZ_KEEP=path a copy of each damaged pool (the last case's stays: try the CLI)
-//   PMHASH_FUZZ_CLI=N     every Nth case also runs `pmhash info` and `check` (default 3; 0: none)
+//   PMHASH_FUZZ_CLI=N     every Nth case also runs `pmhash info` and `check` (default 7; 0: none)
 #include <execinfo.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -470,7 +470,11 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
   const uint64_t first = env_u64("PMHASH_FUZZ_FIRST", 0);
   const bool verbose = env_u64("PMHASH_FUZZ_VERBOSE", 0) != 0;
   const unsigned time_limit = static_cast<unsigned>(env_u64("PMHASH_FUZZ_TIME_LIMIT", 10));
-  const uint64_t cli_every = env_u64("PMHASH_FUZZ_CLI", 3);  // coprime with 10 configs x 6 kinds
+#if defined(PMHASH_CLI)
+  const uint64_t cli_every = env_u64("PMHASH_FUZZ_CLI", 7);  // coprime with 10 configs x 6 kinds
+#else
+  const uint64_t cli_every = 0;  // a build without the tool (PMHASH_BUILD_BENCH=OFF)
+#endif
   uint64_t cli_runs = 0;
   std::vector<SchemeFormat> configs = all_scheme_formats();
   std::vector<std::vector<char>> originals;
