@@ -226,6 +226,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
                                         " is not one of " + pm::mode_range()};
   common::Params layout;
   Status s = f->layout(options, &layout);
+  if (s.ok() && f->runtime != nullptr) s = f->runtime(common::Params(options.params));
   if (!s.ok()) return s;
 
   auto impl = std::make_unique<IndexImpl>();

@@ -7,6 +7,10 @@
 //   PMHASH_FUZZ_SEED=S    base seed (default 1); case i uses seed S + i
 //   PMHASH_FUZZ_FIRST=I   first case index (reproduce case I: FIRST=I CASES=1)
 //   PMHASH_FUZZ_VERBOSE=1 one line per case
+//   PMHASH_FUZZ_TIME_LIMIT=S  seconds per case before it counts as a hang (default 10)
+//   PMHASH_FUZZ_STACKS=1  a dying or hanging child prints its stack
+//   PMHASH_FUZZ_KEEP=path a copy of each damaged pool (the last case's stays: try the CLI)
+//   PMHASH_FUZZ_CLI=N     every Nth case also runs `pmhash info` and `check` (default 7; 0: none)
 #include <execinfo.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -251,11 +255,12 @@ enum Damage { kHeaderFlip, kBodyFlip, kWordSmash, kZeroPage, kTruncate, kAppend,
 const char* const kDamageName[] = {"header-flip", "body-flip", "word-smash",
                                    "zero-page",   "truncate",  "append"};
 
-enum Outcome { kOpenedClean, kOpenedDamaged, kRefused, kCrash, kHang, kOutcomes };
-const char* const kOutcomeName[] = {"ok", "ok, check found damage", "refused", "CRASH", "HANG"};
+enum Outcome { kOpenedClean, kOpenedDamaged, kRefused, kOpenedEmpty, kCrash, kHang, kOutcomes };
+const char* const kOutcomeName[] = {
+    "ok", "ok, check found damage", "refused", "OPENED EMPTY", "CRASH", "HANG"};
 
 // Child exit codes (anything else, e.g. a sanitizer's 1, is a crash).
-constexpr int kExitClean = 10, kExitDamaged = 11, kExitRefused = 40;  // + Code
+constexpr int kExitClean = 10, kExitDamaged = 11, kExitEmpty = 12, kExitRefused = 40;  // + Code
 const char* const kStageName[] = {"start", "inspect-open", "inspect-check", "inspect-iterate",
                                   "open",  "check",        "get",           "write",
                                   "close"};
@@ -381,6 +386,8 @@ void print_stack_and_die(int sig) {
   if (!s.ok()) _exit(kExitRefused + static_cast<int>(s.code()));
   stage(5);
   bool clean = idx->check().ok();
+  // Every pool here held 100 keys: one that opens with none and a clean check started over.
+  if (clean && idx->size() == 0) _exit(kExitEmpty);
   stage(6);
   std::string v;
   for (int i = 0; i < 120; ++i) (void)idx->get(key_of(i, sf.format), &v);
@@ -397,25 +404,64 @@ void print_stack_and_die(int sig) {
   _exit(clean ? kExitClean : kExitDamaged);
 }
 
-// Known failures the CI sample does not assert on: scheme internals that need more than a
-// local validation (listed in the report to the team). {scheme, format, damage, case}.
-struct KnownFailure {
-  const char* scheme;
-  Format format;
-  Damage kind;
-  uint64_t seed;
+// The pmhash tool on a damaged pool, as a user runs it: `info` then `check`, each in its own
+// process with the time limit (an alarm survives exec). Read-only: the file must not change.
+struct CliOutcome {
+  std::string failure;  // empty: no crash, no hang, the file unchanged, info printed something
+  int check_exit = 0;   // 0 clean, 1 problems found
 };
-// PMEH get spins forever on a segment whose page was zeroed (seg_find keeps asking for a
-// retry; get() bounds only the "no segment" walk): pmeh.cpp Pmeh::get, line ~627.
-const KnownFailure kKnownFailures[] = {
-    {"pmeh", Format::kVariable, kZeroPage, 100},  // PMHASH_FUZZ_SEED=1 PMHASH_FUZZ_FIRST=99
-    {"pmeh", Format::kVariable, kZeroPage, 340},  // PMHASH_FUZZ_SEED=1 PMHASH_FUZZ_FIRST=339
-};
-bool known_failure(const SchemeFormat& sf, Damage kind, uint64_t seed) {
-  for (const KnownFailure& k : kKnownFailures)
-    if (sf.scheme == k.scheme && sf.format == k.format && kind == k.kind && seed == k.seed)
-      return true;
-  return false;
+#if defined(PMHASH_CLI)
+bool run_cli(const char* cmd, const std::string& path, unsigned time_limit_s, int* exit_code,
+             std::string* out, std::string* failure) {
+  int fds[2];
+  if (pipe(fds) != 0) return false;
+  pid_t c = fork();
+  if (c == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    alarm(time_limit_s);
+    execl(PMHASH_CLI, PMHASH_CLI, cmd, path.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(c, &status, 0);
+  if (WIFSIGNALED(status)) {
+    *failure = std::string("pmhash ") + cmd + (WTERMSIG(status) == SIGALRM ? " HANG" : " CRASH") +
+               " (" + strsignal(WTERMSIG(status)) + ")";
+    return false;
+  }
+  *exit_code = WEXITSTATUS(status);
+  if (*exit_code > 1) {  // 2 is a usage error, 127 no binary; a sanitizer's report exits 1
+    *failure = std::string("pmhash ") + cmd + " exited " + std::to_string(*exit_code);
+    return false;
+  }
+  return true;
+}
+#endif
+
+CliOutcome use_cli(const std::string& path, const std::vector<char>& bytes, unsigned time_limit_s) {
+  CliOutcome r;
+#if defined(PMHASH_CLI)
+  std::string out;
+  int code = 0;
+  if (!run_cli("info", path, time_limit_s, &code, &out, &r.failure)) return r;
+  if (out.find("pool:") == std::string::npos && out.find(path) == std::string::npos) {
+    r.failure = "pmhash info printed nothing about the pool: " + out;
+    return r;
+  }
+  out.clear();
+  if (!run_cli("check", path, time_limit_s, &r.check_exit, &out, &r.failure)) return r;
+  if (read_file(path) != bytes) r.failure = "pmhash info or check changed the file";
+#else
+  (void)path, (void)bytes, (void)time_limit_s;
+#endif
+  return r;
 }
 
 TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
@@ -424,6 +470,12 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
   const uint64_t first = env_u64("PMHASH_FUZZ_FIRST", 0);
   const bool verbose = env_u64("PMHASH_FUZZ_VERBOSE", 0) != 0;
   const unsigned time_limit = static_cast<unsigned>(env_u64("PMHASH_FUZZ_TIME_LIMIT", 10));
+#if defined(PMHASH_CLI)
+  const uint64_t cli_every = env_u64("PMHASH_FUZZ_CLI", 7);  // coprime with 10 configs x 6 kinds
+#else
+  const uint64_t cli_every = 0;  // a build without the tool (PMHASH_BUILD_BENCH=OFF)
+#endif
+  uint64_t cli_runs = 0;
   std::vector<SchemeFormat> configs = all_scheme_formats();
   std::vector<std::vector<char>> originals;
   for (const SchemeFormat& sf : configs) {
@@ -454,6 +506,13 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
       what += "; not closed cleanly";
     }
     write_bytes(p.path, bytes);
+    if (const char* keep = std::getenv("PMHASH_FUZZ_KEEP")) write_bytes(keep, bytes);
+    const bool cli = cli_every != 0 && i % cli_every == 0;
+    CliOutcome tool;
+    if (cli) {
+      tool = use_cli(p.path, bytes, time_limit);
+      ++cli_runs;
+    }
     int fds[2];
     ASSERT_EQ(pipe(fds), 0);
     pid_t child = fork();
@@ -476,6 +535,8 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
       out = kOpenedClean;
     } else if (WEXITSTATUS(status) == kExitDamaged) {
       out = kOpenedDamaged;
+    } else if (WEXITSTATUS(status) == kExitEmpty) {
+      out = kOpenedEmpty;
     } else if (WEXITSTATUS(status) >= kExitRefused && WEXITSTATUS(status) < kExitRefused + 20) {
       out = kRefused;
       std::string code = code_name(static_cast<Code>(WEXITSTATUS(status) - kExitRefused));
@@ -487,15 +548,24 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
     counts[kind][out]++;
     std::string where = "case " + std::to_string(i) + " seed " + std::to_string(seed) + " " +
                         param_name(sf) + " " + kDamageName[kind] + " (" + what + "): ";
-    bool known = known_failure(sf, kind, seed);
     if (verbose)
-      std::printf("%s%s %s at %s%s\n", where.c_str(), kOutcomeName[out], detail.c_str(),
-                  kStageName[stage], known ? " [known failure]" : "");
-    if ((out == kCrash || out == kHang) && !known) {
+      std::printf("%s%s %s at %s%s%s\n", where.c_str(), kOutcomeName[out], detail.c_str(),
+                  kStageName[stage], cli ? "; pmhash check exit " : "",
+                  cli ? std::to_string(tool.check_exit).c_str() : "");
+    std::string again = "; reproduce: PMHASH_FUZZ_SEED=" + std::to_string(base_seed) +
+                        " PMHASH_FUZZ_FIRST=" + std::to_string(i) + " PMHASH_FUZZ_CASES=1";
+    if (!tool.failure.empty()) {
+      ++failures;
+      ADD_FAILURE() << where << tool.failure << again;
+    } else if (cli && tool.check_exit == 0 && (out == kRefused || out == kOpenedDamaged)) {
+      ++failures;
+      ADD_FAILURE() << where << "pmhash check exited 0 on a pool the library found damaged ("
+                    << kOutcomeName[out] << ")" << again;
+    }
+    if (out == kCrash || out == kHang || out == kOpenedEmpty) {
       ++failures;
       ADD_FAILURE() << where << kOutcomeName[out] << " (" << detail << ") at stage "
-                    << kStageName[stage] << "; reproduce: PMHASH_FUZZ_SEED=" << base_seed
-                    << " PMHASH_FUZZ_FIRST=" << i << " PMHASH_FUZZ_CASES=1";
+                    << kStageName[stage] << again;
     }
     if (out == kRefused && read_file(p.path) != bytes) {
       ++failures;
@@ -503,8 +573,9 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
     }
     if (failures > 20) break;
   }
-  std::printf("damage fuzz: %llu cases, seed %llu\n%-12s", (unsigned long long)cases,
-              (unsigned long long)base_seed, "");
+  std::printf("damage fuzz: %llu cases from %llu, seed %llu, %llu with the pmhash tool\n%-12s",
+              (unsigned long long)cases, (unsigned long long)first, (unsigned long long)base_seed,
+              (unsigned long long)cli_runs, "");
   for (int o = 0; o < kOutcomes; ++o) std::printf(" | %s", kOutcomeName[o]);
   std::printf("\n");
   for (int k = 0; k < kDamageKinds; ++k) {

@@ -22,9 +22,13 @@ struct TempPool {
   ~TempPool() { unlink(path.c_str()); }
 };
 
-inline std::vector<char> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(f), {});
+inline std::vector<char> read_file(const std::string& path) {  // in one read (fast in Debug)
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return {};
+  std::vector<char> b(static_cast<size_t>(f.tellg()));
+  f.seekg(0);
+  f.read(b.data(), static_cast<std::streamsize>(b.size()));
+  return b;
 }
 inline void write_bytes(const std::string& path, const std::vector<char>& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

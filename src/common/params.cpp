@@ -1,5 +1,6 @@
 #include "common/params.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 
 namespace pmhash::common {
@@ -35,10 +36,13 @@ bool Params::get_u64(const std::string& k, uint64_t def, uint64_t* out) const {
     *out = def;
     return true;
   }
-  if (it->second.empty()) return false;
+  // Digits only: strtoull would take a sign or leading blanks, and saturates on overflow.
+  if (it->second.empty() || it->second.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  errno = 0;
   char* end = nullptr;
   unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
-  if (*end != '\0' || it->second[0] == '-') return false;
+  if (errno == ERANGE) return false;
   *out = v;
   return true;
 }
@@ -56,10 +60,33 @@ Status Params::get_u64(const char* scheme, const std::string& k, uint64_t def, u
                                       std::to_string(max) + "]"};
 }
 
-bool Params::get_bool(const std::string& k, bool def) const {
+Status Params::get_bool(const char* scheme, const std::string& k, bool def, bool* out) const {
   auto it = m_.find(k);
-  if (it == m_.end()) return def;
-  return it->second == "1" || it->second == "on" || it->second == "true";
+  if (it == m_.end()) {
+    *out = def;
+    return Status::Ok();
+  }
+  const std::string& v = it->second;
+  if (v == "on" || v == "true" || v == "1" || v == "off" || v == "false" || v == "0") {
+    *out = v == "on" || v == "true" || v == "1";
+    return Status::Ok();
+  }
+  return {Code::kInvalidArgument, std::string(scheme) + ": parameter " + k + "='" + v +
+                                      "' must be one of on, off, true, false, 1, 0"};
+}
+
+Status Params::get_enum(const char* scheme, const std::string& k,
+                        const std::vector<std::string>& allowed, std::string* out) const {
+  std::string v = get(k, allowed.front());
+  for (const std::string& a : allowed)
+    if (v == a) {
+      *out = v;
+      return Status::Ok();
+    }
+  std::string words;
+  for (const std::string& a : allowed) words += (words.empty() ? "" : ", ") + a;
+  return {Code::kInvalidArgument,
+          std::string(scheme) + ": parameter " + k + "='" + v + "' must be one of " + words};
 }
 
 }  // namespace pmhash::common

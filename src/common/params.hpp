@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "pmhash/status.hpp"
 
@@ -25,7 +26,13 @@ class Params {
   // the parameter, its value and the allowed range. `scheme` prefixes the message.
   Status get_u64(const char* scheme, const std::string& k, uint64_t def, uint64_t min, uint64_t max,
                  uint64_t* out) const;
-  bool get_bool(const std::string& k, bool def) const;
+  // on|off, true|false or 1|0 (default `def` when absent); otherwise kInvalidArgument naming
+  // the parameter and the words allowed.
+  Status get_bool(const char* scheme, const std::string& k, bool def, bool* out) const;
+  // One of `allowed` (the first is the default when absent); otherwise kInvalidArgument
+  // naming the parameter and the words allowed.
+  Status get_enum(const char* scheme, const std::string& k, const std::vector<std::string>& allowed,
+                  std::string* out) const;
   void set(const std::string& k, const std::string& v) { m_[k] = v; }
   const std::map<std::string, std::string>& map() const { return m_; }
 

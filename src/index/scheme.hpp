@@ -68,7 +68,18 @@ struct SchemeFactory {
   // and recovery dereference first (directories, tables) exist with plausible sizes.
   // kCorrupted saying what and where, else Ok. Null: the generic root check only.
   Status (*validate)(const SchemeContext& ctx) = nullptr;
+  // Run-time parameters (Options::params), before the pool file is opened or created: each
+  // in its range, else kInvalidArgument naming it and what is allowed. Null: none.
+  Status (*runtime)(const common::Params& params) = nullptr;
 };
+
+// SchemeFactory::runtime from a scheme's parser: `Parse` fills the scheme's run-time
+// configuration (the constructor uses the same parser, so defaults live in one place).
+template <class Config, Status (*Parse)(const common::Params&, Config*)>
+Status check_runtime(const common::Params& params) {
+  Config c;
+  return Parse(params, &c);
+}
 
 // Pool creation (docs/pool-format.md): a new scheme's objects are allocated without a log —
 // nothing reaches them until the root is published, and a creation that did not finish is

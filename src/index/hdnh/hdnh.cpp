@@ -100,28 +100,21 @@ struct Hdnh::Partner {
 // ---- construction, layout, recovery ----
 
 Status Hdnh::parse_config(const common::Params& rt, Config* cfg) {
-  std::string repl = rt.get("hot_table", "rafl");
-  if (repl == "rafl")
-    cfg->replacement = Replacement::kRafl;
-  else if (repl == "lru")
-    cfg->replacement = Replacement::kLru;
-  else if (repl == "off")
-    cfg->replacement = Replacement::kOff;
-  else
-    return {Code::kInvalidArgument, "hdnh: 'hot_table' must be rafl, lru or off"};
-  uint64_t hs, threads;
-  if (!rt.get_u64("hot_slots", 4, &hs) || hs == 0 || hs > 8)
-    return {Code::kInvalidArgument, "hdnh: 'hot_slots' (slots per hot bucket) must be 1..8"};
+  std::string repl, sw;
+  uint64_t hs = 0, threads = 0;
+  Status s = rt.get_enum("hdnh", "hot_table", {"rafl", "lru", "off"}, &repl);
+  if (s.ok()) s = rt.get_u64("hdnh", "hot_slots", 4, 1, 8, &hs);  // slots per hot bucket
+  if (s.ok()) s = rt.get_bool("hdnh", "ocf", true, &cfg->use_ocf);
+  if (s.ok()) s = rt.get_enum("hdnh", "sync_write", {"inline", "background"}, &sw);
+  if (s.ok())
+    s = rt.get_u64("hdnh", "recovery_threads", std::max(1u, std::thread::hardware_concurrency()), 1,
+                   256, &threads);
+  if (!s.ok()) return s;
+  cfg->replacement = repl == "rafl"  ? Replacement::kRafl
+                     : repl == "lru" ? Replacement::kLru
+                                     : Replacement::kOff;
   cfg->hot_slots = static_cast<int>(hs);
-  cfg->use_ocf = rt.get_bool("ocf", true);
-  std::string sw = rt.get("sync_write", "inline");
-  if (sw != "inline" && sw != "background")
-    return {Code::kInvalidArgument, "hdnh: 'sync_write' must be inline or background"};
   cfg->background_write = sw == "background";
-  if (!rt.get_u64("recovery_threads", std::max(1u, std::thread::hardware_concurrency()),
-                  &threads) ||
-      threads == 0 || threads > 256)
-    return {Code::kInvalidArgument, "hdnh: 'recovery_threads' must be 1..256"};
   cfg->recovery_threads = static_cast<unsigned>(threads);
   return Status::Ok();
 }
@@ -1287,6 +1280,10 @@ namespace hdnh {
 Status validate(const SchemeContext& ctx);  // validate.cpp
 }
 extern const SchemeFactory kHdnhFactory;
-const SchemeFactory kHdnhFactory = {"hdnh", &hdnh::Hdnh::layout, &hdnh::Hdnh::create,
-                                    &hdnh::Hdnh::open, &hdnh::validate};
+const SchemeFactory kHdnhFactory = {"hdnh",
+                                    &hdnh::Hdnh::layout,
+                                    &hdnh::Hdnh::create,
+                                    &hdnh::Hdnh::open,
+                                    &hdnh::validate,
+                                    &check_runtime<hdnh::Hdnh::Config, &hdnh::Hdnh::parse_config>};
 }  // namespace pmhash

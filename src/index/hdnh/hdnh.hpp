@@ -116,6 +116,8 @@ class Hdnh final : public Scheme {
     bool background_write = false;
     unsigned recovery_threads = 0;
   };
+  // The run-time parameters (Options::params), each checked against its range.
+  static Status parse_config(const common::Params& runtime, Config* cfg);
   Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
   ~Hdnh() override;
   static Status layout(const Options& o, common::Params* layout);
@@ -190,7 +192,6 @@ class Hdnh final : public Scheme {
   };
   class StripeLock;
 
-  static Status parse_config(const common::Params& runtime, Config* cfg);
   Hashed hashed(std::string_view key) const;
   Hashed hashed_slot(uint64_t key_word) const;
   Candidates candidates(const Level& l, const Hashed& k) const;

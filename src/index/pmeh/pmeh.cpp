@@ -72,13 +72,10 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
       seg_bytes_(root_->segment_bytes),
       gen_(root_->open_gen),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
-  uint64_t zt = 0;
-  if (!ctx.runtime.get_u64("zone_threads", std::max(1u, std::thread::hardware_concurrency()),
-                           &zt) ||
-      zt == 0)
-    zt = 1;
-  zone_threads_ = static_cast<unsigned>(std::min<uint64_t>(zt, pm::ThreadRegistry::kMaxThreads));
-  opportunistic_ = ctx.runtime.get_bool("opportunistic", true);
+  Runtime rt;
+  (void)parse_runtime(ctx.runtime, &rt);  // SchemeFactory::runtime refused bad values before
+  zone_threads_ = static_cast<unsigned>(rt.zone_threads);
+  opportunistic_ = rt.opportunistic;
   zones_.reset(new Zone[uint64_t{1} << zone_bits_]);
   latest_.store(root_->latest_dir);
   // §III-F: instant recovery — only the split records are looked at (cases 2 and 4); the
@@ -88,6 +85,14 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
 }
 
 Pmeh::~Pmeh() = default;
+
+Status Pmeh::parse_runtime(const common::Params& params, Runtime* out) {
+  Status s =
+      params.get_u64("pmeh", "zone_threads", std::max(1u, std::thread::hardware_concurrency()), 1,
+                     pm::ThreadRegistry::kMaxThreads, &out->zone_threads);
+  if (s.ok()) s = params.get_bool("pmeh", "opportunistic", true, &out->opportunistic);
+  return s;
+}
 
 Status Pmeh::layout(const Options& o, common::Params* layout) {
   common::Params p(o.params);
@@ -1317,8 +1322,8 @@ bool Pmeh::check(std::string* report) const {
   for (uint64_t t = 0; t < (uint64_t{1} << ld->depth) && ok; ++t) {
     uint64_t h = ld->depth ? t << (64 - ld->depth) : 0;
     uint64_t so = find_segment(h, nullptr);
-    if (so == 0 || !covers(segment(so)->meta, h))
-      bad("hash prefix " + std::to_string(t) + " leads to no segment that covers it");
+    if (so == 0 || !seg::covers_entry(segment(so)->meta, t, ld->depth, shift_))
+      bad("hash prefix " + std::to_string(t) + " leads to no segment that covers all of it");
   }
   std::unordered_set<std::string> keys;
   for (uint64_t so : segs) {
@@ -1402,6 +1407,11 @@ namespace pmeh {
 Status validate(const SchemeContext& ctx);  // validate.cpp
 }
 extern const SchemeFactory kPmehFactory;
-const SchemeFactory kPmehFactory = {"pmeh", &pmeh::Pmeh::layout, &pmeh::Pmeh::create,
-                                    &pmeh::Pmeh::open, &pmeh::validate};
+const SchemeFactory kPmehFactory = {
+    "pmeh",
+    &pmeh::Pmeh::layout,
+    &pmeh::Pmeh::create,
+    &pmeh::Pmeh::open,
+    &pmeh::validate,
+    &check_runtime<pmeh::Pmeh::Runtime, &pmeh::Pmeh::parse_runtime>};
 }  // namespace pmhash

@@ -91,6 +91,25 @@ inline uint32_t bitmap(uint64_t m) {
 inline uint64_t make(uint32_t depth, uint64_t pattern, uint32_t bitmap) {
   return depth | (pattern << 6) | (uint64_t{bitmap} << 48);
 }
+// Whether a segment with metadata m covers every hash whose `gdepth`-bit prefix is entry t
+// of a directory of that depth (x-split: 2^shift children): local depth at most gdepth, the
+// pattern t's prefix, and none of the children under t split out. What validation (open)
+// and check() require of each entry of the latest directory, so that the lock-free walk of
+// get/put/remove always ends at a covering segment and needs no check of its own.
+inline bool covers_entry(uint64_t m, uint64_t t, uint64_t gdepth, uint32_t shift) {
+  uint32_t l = depth(m);
+  if (l > gdepth || (l != 0 && (t >> (gdepth - l)) != pattern(m))) return false;
+  uint64_t below = gdepth - l;  // bits of t under the segment's prefix
+  uint32_t first, n;            // the children under entry t
+  if (below >= shift) {
+    first = static_cast<uint32_t>((t >> (below - shift)) & ((1u << shift) - 1));
+    n = 1;
+  } else {
+    first = static_cast<uint32_t>((t & ((uint64_t{1} << below) - 1)) << (shift - below));
+    n = 1u << (shift - below);
+  }
+  return ((bitmap(m) >> first) & ((uint64_t{1} << n) - 1)) == 0;
+}
 }  // namespace seg
 
 // A directory: depth G, zones whose entries are filled (region_update_num), its number (the
@@ -133,6 +152,11 @@ class Pmeh final : public Scheme {
   Pmeh(SchemeContext& ctx, uint64_t root_off);
   ~Pmeh() override;
   static Status layout(const Options& o, common::Params* layout);
+  struct Runtime {
+    uint64_t zone_threads = 1;  // `zone_threads`: threads bound to zones (default: cores)
+    bool opportunistic = true;  // `opportunistic`: lock-free local writes (off: the baseline)
+  };
+  static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
 

@@ -1,8 +1,78 @@
 // Read-only validation before open (SchemeFactory::validate): Pmeh::open's checks plus the
-// entries of the latest directory (the one recovery and lookups follow).
+// directory -> segment mapping of the latest directory (the one recovery and lookups follow).
+#include <vector>
+
 #include "index/pmeh/pmeh.hpp"
 
 namespace pmhash::pmeh {
+
+namespace {
+
+// Directory number n, as Pmeh::dir finds it: in ring entry n % kMaxDirs, with that number.
+const Directory* dir_number(const SchemeContext& ctx, const Root& r, uint64_t n) {
+  uint64_t off = r.dirs[n % kMaxDirs];
+  if (off == 0) return nullptr;
+  const Directory* d = ctx.pool.checked<Directory>(off);
+  return d != nullptr && (d->number == n || (d->number == 0 && n < kMaxDirs)) ? d : nullptr;
+}
+
+// The directory -> segment mapping the hot paths trust (docs/schemes/pmeh.md, "Trust"):
+// every entry of the latest directory leads, through the older directories where its zone
+// is not filled yet (find_segment's walk), to an allocated segment that covers all of the
+// entry's hashes (seg::covers_entry). Directory sizes were checked by the caller. Every
+// state a crash can leave (a split record not yet redone, a zone fill cut short) satisfies
+// it: a split publishes the new segment before the entries point at it, and changes the old
+// segment's metadata only after they do.
+Status validate_mapping(const SchemeContext& ctx, const Root& r) {
+  const uint64_t k = r.latest_dir;
+  const Directory* ld = dir_number(ctx, r, k);
+  const uint32_t shift = static_cast<uint32_t>(r.split_shift);
+  std::vector<const Directory*> older;  // newest first, as the walk goes
+  for (uint64_t j = k; j-- > (k >= kMaxDirs - 1 ? k - (kMaxDirs - 1) : 0);) {
+    const Directory* d = dir_number(ctx, r, j);
+    if (d != nullptr && d->depth > ld->depth)
+      return damaged(ctx, "pmeh",
+                     "directory " + std::to_string(j) + " is deeper (" + std::to_string(d->depth) +
+                         ") than the latest (" + std::to_string(ld->depth) + ")");
+    older.push_back(d);
+  }
+  auto where = [&](uint64_t t) {
+    return "hash prefix " + std::to_string(t) + " of the latest directory (" + std::to_string(k) +
+           ", depth " + std::to_string(ld->depth) + ")";
+  };
+  uint64_t prev = 0;  // consecutive entries mostly share a segment: look it up once
+  for (uint64_t t = 0; t < (uint64_t{1} << ld->depth); ++t) {
+    uint64_t so = ld->entries[t];
+    for (size_t i = 0; so == 0 && i < older.size(); ++i)
+      if (older[i] != nullptr) so = older[i]->entries[t >> (ld->depth - older[i]->depth)];
+    if (so == 0) return damaged(ctx, "pmeh", where(t) + " leads to no segment");
+    if (so != prev && (so % alignof(SegmentHeader) != 0 ||
+                       block_array<uint64_t>(ctx, so, r.segment_bytes / 8) == nullptr))
+      return damaged(ctx, "pmeh",
+                     where(t) + " leads to offset " + std::to_string(so) + ", not a segment");
+    prev = so;
+    const SegmentHeader* sh = ctx.pool.ptr<SegmentHeader>(so);
+    // A segment's crash version is one an open has used (1 at creation), possibly with the
+    // recovering bit: 0 (a zeroed header, which would pass as an empty depth-0 segment) or
+    // a future one is damage.
+    uint64_t gen = sh->lock_gen & ~(uint64_t{1} << 63);
+    if (gen == 0 || gen > r.open_gen)
+      return damaged(ctx, "pmeh",
+                     where(t) + " leads to segment " + std::to_string(so) +
+                         " whose crash version " + std::to_string(sh->lock_gen) +
+                         " no open has used (latest " + std::to_string(r.open_gen) + ")");
+    const uint64_t m = sh->meta;
+    if (!seg::covers_entry(m, t, ld->depth, shift))
+      return damaged(ctx, "pmeh",
+                     where(t) + " leads to segment " + std::to_string(so) + " (local depth " +
+                         std::to_string(seg::depth(m)) + ", pattern " +
+                         std::to_string(seg::pattern(m)) + ", splitting bitmap " +
+                         std::to_string(seg::bitmap(m)) + "), which does not cover it");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status validate(const SchemeContext& ctx) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
@@ -35,15 +105,8 @@ Status validate(const SchemeContext& ctx) {
       return damaged(ctx, "pmeh",
                      where + ": number " + std::to_string(d->number) +
                          " is not the latest directory's " + std::to_string(r->latest_dir));
-    for (uint64_t e = 0; e < (uint64_t{1} << d->depth); ++e) {
-      uint64_t seg = d->entries[e];
-      if (seg != 0 && ctx.alloc.block_size(seg) < r->segment_bytes)
-        return damaged(ctx, "pmeh",
-                       where + ": entry " + std::to_string(e) + " points to no segment (offset " +
-                           std::to_string(seg) + ")");
-    }
   }
-  return Status::Ok();
+  return validate_mapping(ctx, *r);
 }
 
 }  // namespace pmhash::pmeh

@@ -39,6 +39,10 @@ class SmartHT final : public Scheme {
   SmartHT(SchemeContext& ctx, uint64_t root_off, Start start);
   ~SmartHT() override;
   static Status layout(const Options& o, common::Params* layout);
+  struct Runtime {
+    bool filter = true;  // `filter`: the DRAM filter (off: every lookup reads PM)
+  };
+  static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
 

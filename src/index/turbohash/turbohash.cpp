@@ -15,6 +15,15 @@ using common::load_word;
 using common::Slot;
 using common::store_word;
 
+namespace {
+// This open's run-time parameters (SchemeFactory::runtime refused bad ones before).
+TurboHash::Runtime runtime_of(const SchemeContext& ctx) {
+  TurboHash::Runtime r;
+  (void)TurboHash::parse_runtime(ctx.runtime, &r);
+  return r;
+}
+}  // namespace
+
 TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -26,11 +35,10 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
       dir_(ctx.pool.ptr<Descriptor>(root_->directory)),
       nshards_(root_->nshards),
       scope_(root_->scope),
-      match_(ctx.runtime.get_bool("simd", true) ? common::best_tag_match()
-                                                : common::tag_match_scalar),
+      match_(runtime_of(ctx).simd ? common::best_tag_match() : common::tag_match_scalar),
       shards_(new ShardMirror[root_->nshards]),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
-      test_pause_us_(test_pause_param(ctx.runtime)) {
+      test_pause_us_(runtime_of(ctx).test_pause_us) {
   // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
   for (uint64_t s = 0; s < nshards_; ++s) {
     const Descriptor& d = dir_[s];
@@ -38,14 +46,14 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
   }
 }
 
-uint64_t TurboHash::test_pause_param(const common::Params& runtime) {
-  uint64_t us = 0;
+Status TurboHash::parse_runtime(const common::Params& params, Runtime* out) {
+  Status s = params.get_bool("turbohash", "simd", true, &out->simd);
 #ifdef PMHASH_CRASH_HOOKS
-  runtime.get_u64("test_pause_after_retire_us", 0, &us);
-#else
-  (void)runtime;
+  if (s.ok())
+    s = params.get_u64("turbohash", "test_pause_after_retire_us", 0, 0, 10'000'000,
+                       &out->test_pause_us);
 #endif
-  return us;
+  return s;
 }
 
 // Test-only (builds with PMHASH_CRASH_HOOKS): right after a resize has retired the old
@@ -545,7 +553,11 @@ namespace turbohash {
 Status validate(const SchemeContext& ctx);  // validate.cpp
 }
 extern const SchemeFactory kTurboHashFactory;
-const SchemeFactory kTurboHashFactory = {"turbohash", &turbohash::TurboHash::layout,
-                                         &turbohash::TurboHash::create, &turbohash::TurboHash::open,
-                                         &turbohash::validate};
+const SchemeFactory kTurboHashFactory = {
+    "turbohash",
+    &turbohash::TurboHash::layout,
+    &turbohash::TurboHash::create,
+    &turbohash::TurboHash::open,
+    &turbohash::validate,
+    &check_runtime<turbohash::TurboHash::Runtime, &turbohash::TurboHash::parse_runtime>};
 }  // namespace pmhash

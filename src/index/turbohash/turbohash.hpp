@@ -53,6 +53,11 @@ class TurboHash final : public Scheme {
  public:
   TurboHash(SchemeContext& ctx, uint64_t root_off);
   static Status layout(const Options& o, common::Params* layout);
+  struct Runtime {
+    bool simd = true;            // `simd`: SIMD tag matching (off: the scalar loop)
+    uint64_t test_pause_us = 0;  // `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
+  };
+  static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
 
@@ -87,7 +92,6 @@ class TurboHash final : public Scheme {
   uint64_t home(uint64_t h, uint64_t n) const { return common::fast_range(uint32_t(h), n); }
   Status resize(uint32_t shard);  // §3.5, caller holds the shard's write lock
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
-  static uint64_t test_pause_param(const common::Params& runtime);
   void test_pause_after_retire() const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
     c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);

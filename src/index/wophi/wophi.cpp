@@ -15,6 +15,23 @@ uint64_t pow2_at_least(uint64_t x) {
 }
 }  // namespace
 
+namespace {
+// This open's run-time parameters (SchemeFactory::runtime refused bad ones before).
+Wophi::Runtime runtime_of(const SchemeContext& ctx) {
+  Wophi::Runtime r;
+  (void)Wophi::parse_runtime(ctx.runtime, &r);
+  return r;
+}
+}  // namespace
+
+Status Wophi::parse_runtime(const common::Params& params, Runtime* out) {
+  std::string grow;
+  Status s = params.get_bool("wophi", "pab", true, &out->pab);
+  if (s.ok()) s = params.get_enum("wophi", "pab_grow", {"background", "inline"}, &grow);
+  out->grow_in_background = grow == "background";
+  return s;
+}
+
 Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -23,8 +40,8 @@ Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
       root_(ctx.pool.ptr<Root>(root_off)),
       nstripes_((root_->nbuckets + root_->stripe - 1) / root_->stripe),
       stripes_(new Stripe[nstripes_]),
-      use_pab_(ctx.runtime.get_bool("pab", true)),
-      grow_in_background_(ctx.runtime.get("pab_grow", "background") == "background") {
+      use_pab_(runtime_of(ctx).pab),
+      grow_in_background_(runtime_of(ctx).grow_in_background) {
   pab_cap_ = pab_capacity(root_->nareas);
   nareas_ = root_->nareas;
   // Buckets past the capacity do not exist (an older version could persist such a count).
@@ -491,6 +508,11 @@ namespace wophi {
 Status validate(const SchemeContext& ctx);  // validate.cpp
 }
 extern const SchemeFactory kWophiFactory;
-const SchemeFactory kWophiFactory = {"wophi", &wophi::Wophi::layout, &wophi::Wophi::create,
-                                     &wophi::Wophi::open, &wophi::validate};
+const SchemeFactory kWophiFactory = {
+    "wophi",
+    &wophi::Wophi::layout,
+    &wophi::Wophi::create,
+    &wophi::Wophi::open,
+    &wophi::validate,
+    &check_runtime<wophi::Wophi::Runtime, &wophi::Wophi::parse_runtime>};
 }  // namespace pmhash

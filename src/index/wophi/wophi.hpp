@@ -60,6 +60,11 @@ class Wophi final : public Scheme {
   Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash);
   ~Wophi() override;
   static Status layout(const Options& o, common::Params* layout);
+  struct Runtime {
+    bool pab = true;                 // `pab`: pre-allocated buckets (off: the baseline)
+    bool grow_in_background = true;  // `pab_grow`: background | inline
+  };
+  static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
 
