@@ -45,6 +45,9 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
       cfg.scheme.c_str(), format_name(cfg.format), static_cast<unsigned long long>(r.states),
       static_cast<unsigned long long>(r.failures), static_cast<unsigned long long>(r.crash_points),
       static_cast<unsigned long long>(r.recovery_states));
+  if (r.counters.count("chain_buckets_reclaimed"))
+    std::printf("[%s %s] chain buckets reclaimed by deletes in the crashed workload: %.0f\n",
+                cfg.scheme.c_str(), format_name(cfg.format), r.counters["chain_buckets_reclaimed"]);
   for (auto& m : r.messages) ADD_FAILURE() << m;
   EXPECT_EQ(r.failures, 0u);
   if (!light()) {  // soak runs sample a quarter of the fences of a longer workload
@@ -58,6 +61,11 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   }
   if (r.counters.count("chain_buckets")) {
     EXPECT_GT(r.counters["chain_buckets"], 0);  // SmartHT: crashes inside bucket linking
+  }
+  if (r.counters.count("chain_buckets_reclaimed")) {
+    // SmartHT, WOPHI: deletes that empty a chain bucket unlink it (and free it), and every
+    // fence of this workload is a crash point, so crashes land inside the reclaim path.
+    EXPECT_GT(r.counters["chain_buckets_reclaimed"], 0);
   }
   if (r.counters.count("pab_grows")) {
     EXPECT_GT(r.counters["pab_grows"], 0);  // WOPHI: crashes between PAB take and link,
