@@ -28,7 +28,8 @@ std::vector<Row> median_rows(const std::vector<std::vector<Row>>& repeats) {
         if (i < rep.size() && rep[i].values.count(k)) xs.push_back(rep[i].values.at(k));
       std::sort(xs.begin(), xs.end());
       v = xs.size() % 2 ? xs[xs.size() / 2] : (xs[xs.size() / 2 - 1] + xs[xs.size() / 2]) / 2;
-      if (k == "mops" || k == "recovery_ms" || k == "ready_ms") {
+      if (k == "mops" || k == "recovery_ms" || k == "ready_ms" || k == "pm_bytes_per_key" ||
+          k == "pm_vs_load") {
         out[i].values[k + "_min"] = xs.front();
         out[i].values[k + "_max"] = xs.back();
       }
