@@ -128,7 +128,9 @@ uint64_t Wophi::pab_offset(uint64_t g) const {
 }
 
 bool Wophi::pab_index(uint64_t off, uint64_t* g) const {
-  for (uint64_t a = 0; a < root_->nareas; ++a) {
+  // nareas_, not the root's word: the grower may be committing the next area (reclaim
+  // calls this beside it); areas below nareas_ were published before it.
+  for (uint64_t a = 0, na = nareas_.load(std::memory_order_acquire); a < na; ++a) {
     uint64_t base = root_->areas[a], n = root_->pab_initial << a;
     if (off >= base && off < base + n * sizeof(Bucket)) {
       *g = area_start(a) + (off - base) / sizeof(Bucket);
