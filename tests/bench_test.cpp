@@ -62,6 +62,40 @@ TEST(Bench, CountsAddUpForEveryWorkload) {
   }
 }
 
+// The churn workload: 11 rows (after the load, then 10 steps of N operations), every
+// operation succeeds (deletes hit live keys, inserts new ones), the live set stays within
+// 1% of N, and each row carries the space figures.
+TEST(Bench, ChurnKeepsTheLiveSetAndReportsSpaceOverTime) {
+  bench::RunConfig c;
+  c.scheme = "smartht";
+  c.threads = 2;
+  c.keys = 2000;
+  c.capacity_hint = 2000;
+  c.pool_size = 64u << 20;
+  c.progress = false;
+  c.recovery = false;
+  c.workloads = {"churn"};
+  std::vector<bench::Row> rows;
+  std::string err;
+  ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+  EXPECT_TRUE(bench::count_violations(rows).empty());
+  auto w = by_workload(rows);
+  for (int step = 0; step <= 10; ++step) {
+    std::string name = "churn-" + std::to_string(step);
+    ASSERT_TRUE(w.count(name)) << name;
+    bench::Row& r = w[name];
+    EXPECT_EQ(r.values["churn_ops"], 2000.0 * step) << name;
+    EXPECT_NEAR(r.values["size"], 2000, 2 * 20) << name;  // each thread within 1%
+    EXPECT_GT(r.values["pm_bytes_per_key"], 0) << name;
+    EXPECT_GT(r.values["dram_bytes_per_key"], 0) << name;
+    EXPECT_GT(r.values["load_factor"], 0) << name;
+    if (step > 0) {
+      EXPECT_EQ(r.values["failed"], 0) << name;
+      EXPECT_GT(r.values["pm_vs_load"], 0) << name;
+    }
+  }
+}
+
 TEST(Bench, PersistenceOffFlushesNothingAndDramReferenceWorks) {
   bench::RunConfig c;
   c.threads = 1;

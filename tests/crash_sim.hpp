@@ -101,6 +101,9 @@ struct CrashConfig {
   // The first calls on a recovered index are size() and for_each() (before check(), which
   // could otherwise repair or mask what they would report).
   bool introspect_first = false;
+  // > 0: the workers' ops are inserts and removes only, this percent removes (churn: chain
+  // buckets empty and are reclaimed). 0: the default mix.
+  int churn_removes = 0;
 };
 
 struct CrashResult {

@@ -32,6 +32,9 @@ const char* kUsage = R"(usage: pmhash-bench [options]
   --threads 1,2         thread counts       --keys N (loaded)     --ops N (per workload)
   --workloads w,...     insert read negread update delete mixed ycsb-a ycsb-b ycsb-c
                         ycsb-d ycsb-f lfsweep   (YCSB-E is scans: hash indexes do not serve it)
+                        churn: the loaded keys under 10 x --keys random inserts of new keys and
+                        deletes of live keys (live set steady); PM/DRAM bytes per key, LF in
+                        rows churn-0 (after the load) .. churn-10
   --dist D              uniform | zipfian:THETA | selfsimilar:H | latest
   --params k=v,...      scheme parameters (docs/schemes/*.md)   --label TEXT
   --mode auto|pm|emulated|msync   --pool-dir DIR   --pool-size BYTES

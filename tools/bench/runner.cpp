@@ -163,6 +163,7 @@ class Runner {
   void add_index_state(Row& r);
   bool run_workload(const std::string& w);
   void lfsweep();
+  void churn();
   bool recovery(std::string* error);
 
   const RunConfig& c_;
@@ -420,6 +421,8 @@ bool Runner::run_workload(const std::string& w) {
     phase_dist_ = nullptr;
   } else if (w == "lfsweep") {
     lfsweep();
+  } else if (w == "churn") {
+    churn();
   } else {
     return false;
   }
@@ -456,6 +459,51 @@ void Runner::lfsweep() {
           return target_->get(k, &o) == Code::kOk;
         },
         false, true);
+  }
+}
+
+// Space under churn: the loaded live set of N keys under random inserts of new keys and
+// deletes of live keys, 10 x N operations in 10 steps; the live set stays within 1% of N.
+// Row churn-0 is the state after the load; each later row, after one more step. Thread t
+// owns the live ids it loaded (id % T == t) and the ones it inserts.
+void Runner::churn() {
+  const uint64_t N = std::max<uint64_t>(1, c_.keys);
+  const int T = c_.threads;
+  std::vector<std::vector<uint64_t>> live(T);
+  for (uint64_t id = 0; id < N; ++id) live[id % T].push_back(id);
+  Row r0 = base_row("churn-0");
+  r0.values["churn_ops"] = 0;
+  add_index_state(r0);
+  const double pm0 = r0.values["pm_bytes_per_key"], lf0 = r0.values["load_factor"];
+  r0.values["pm_vs_load"] = 1;
+  rows_->push_back(r0);
+  for (int step = 1; step <= 10; ++step) {
+    phase(
+        "churn-" + std::to_string(step), N,
+        [&](int t, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string& v, std::string&) {
+          std::vector<uint64_t>& mine = live[t];
+          uint64_t target = N / T, slack = std::max<uint64_t>(1, target / 100);
+          bool ins = mine.empty() || mine.size() + slack <= target ? true
+                     : mine.size() >= target + slack               ? false
+                                                                   : (rng() & 1) != 0;
+          if (ins) {
+            uint64_t id = next_id_.fetch_add(1);
+            ks_.key(id, &k);
+            ks_.value(id, 0, &v);
+            mine.push_back(id);
+            return target_->insert(k, v) == Code::kOk;
+          }
+          size_t j = rng() % mine.size();
+          ks_.key(mine[j], &k);
+          mine[j] = mine.back();
+          mine.pop_back();
+          return target_->remove(k) == Code::kOk;
+        },
+        true, false);
+    Row& r = rows_->back();
+    r.values["churn_ops"] = double(N) * step;
+    if (pm0 > 0) r.values["pm_vs_load"] = r.values["pm_bytes_per_key"] / pm0;
+    if (lf0 > 0) r.values["lf_vs_load"] = r.values["load_factor"] / lf0;
   }
 }
 
@@ -511,6 +559,8 @@ bool Runner::go(std::string* error) {
     opts_.params = c_.params;
     uint64_t item = c_.format == Format::kFixed ? 16 : 64 + c_.key_size + c_.value_size;
     uint64_t keys_total = c_.keys + c_.ops * 2;
+    for (auto& w : c_.workloads)
+      if (w == "churn") keys_total += c_.keys * 10;  // room for a scheme that keeps nothing
     opts_.pool_size =
         c_.pool_size ? c_.pool_size : std::max<uint64_t>(1ull << 30, keys_total * item * 8);
     Status s = Index::open(path_, opts_, &index_);

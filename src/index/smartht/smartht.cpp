@@ -143,16 +143,19 @@ SmartHT::Hashed SmartHT::hashed(std::string_view key) const {
           static_cast<uint64_t>((static_cast<unsigned __int128>(h) * root_->nheads) >> 64)};
 }
 
-bool SmartHT::find(const Hashed& k, std::string_view key, Bucket** out, int* slot) const {
-  for (Bucket* b = head(k.head);;) {
+bool SmartHT::find(const Hashed& k, std::string_view key, Bucket** out, int* slot,
+                   Bucket** prev) const {
+  for (Bucket *b = head(k.head), *p = nullptr;;) {
     for (int i = 0; i < kSlots; ++i) {
       if (b->live(i) && items_.matches(b->slots[i].key, b->slots[i].value, key, k.kw)) {
         *out = b;
         *slot = i;
+        if (prev != nullptr) *prev = p;
         return true;
       }
     }
     if (b->next == 0) return false;
+    p = b;
     b = bucket_at(b->next);
   }
 }
@@ -188,9 +191,19 @@ Status SmartHT::get(std::string_view key, std::string* value) {
   return Status::Ok();
 }
 
+// Algorithm 1 line 7: a free slot in the head bucket or the first chained bucket. Beyond the
+// paper: when both are full, the rest of the chain too, before a new bucket is allocated
+// (slots that deletes freed deeper in the chain come back; docs/schemes/smartht.md).
+Bucket* SmartHT::free_slot_bucket(Bucket* h) const {
+  for (Bucket* b = h;; b = bucket_at(b->next)) {
+    if (b->free_slot() >= 0) return b;
+    if (b->next == 0) return nullptr;
+  }
+}
+
 // Algorithm 1: existence check (screened by the VFL), then head insertion into a free slot
-// of the head bucket or the first chained bucket (merged flush), else a new bucket linked
-// right after the head; then the key enters the VFL.
+// of the head bucket or the first chained bucket (merged flush) — else one further down the
+// chain — else a new bucket linked right after the head; then the key enters the VFL.
 Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
   const pm::Persister& p = pool_.persister();
@@ -220,9 +233,7 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
     Status s = items_.make(key, value, k.kw, &item);
     if (!s.ok()) return s;
     Bucket* h = head(k.head);
-    Bucket* target = h->free_slot() >= 0 ? h : nullptr;
-    if (target == nullptr && h->next != 0 && bucket_at(h->next)->free_slot() >= 0)
-      target = bucket_at(h->next);
+    Bucket* target = free_slot_bucket(h);
     if (target != nullptr) {
       // Merged flush: value and key, then the token, in one line; one flush.
       int slot = target->free_slot();
@@ -283,9 +294,13 @@ Status SmartHT::remove(std::string_view key) {
   std::unique_lock<std::shared_mutex> lock(st.lock);
   Bucket* b;
   int i;
-  if (!find(k, key, &b, &i)) return {Code::kNotFound, "key not found"};
+  Bucket* prev = nullptr;
+  if (!find(k, key, &b, &i, &prev)) return {Code::kNotFound, "key not found"};
   uint64_t tokens = Bucket::with_token(b->tokens, i, false);
-  if (items_.variable()) {
+  if (prev != nullptr && tokens == 0) {
+    reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);
+    st.chains.fetch_sub(1, std::memory_order_relaxed);
+  } else if (items_.variable()) {
     pm::Tx tx(alloc_);
     tx.store(&b->tokens, tokens);
     tx.free(b->slots[i].value);
@@ -296,6 +311,20 @@ Status SmartHT::remove(std::string_view key) {
   }
   st.live.fetch_sub(1, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+// Beyond the paper (lazy deletion never gives a bucket back): a chained bucket whose last
+// item is deleted is unlinked and freed in one redo-logged commit, so a crash leaks nothing
+// and the key is gone exactly when the bucket is (its token need not be cleared). The
+// block's reuse waits an epoch grace period (Allocator::on_free); readers hold the stripe
+// lock, for_each an epoch guard.
+void SmartHT::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
+  pm::Tx tx(alloc_);
+  tx.store(&prev->next, b->next);
+  tx.free(pool_.offset(b));
+  if (item != 0) tx.free(item);
+  tx.commit();
+  reclaimed_.fetch_add(1, std::memory_order_relaxed);
 }
 
 // ---- the Volatile Filter Layer: building, resizing, saving ----
@@ -541,6 +570,7 @@ void SmartHT::counters(std::map<std::string, double>* out) const {
   (*out)["filter_false_positives"] = double(fp);
   (*out)["pm_searches"] = double(pm);
   (*out)["chain_buckets"] = double(chain_buckets());
+  (*out)["chain_buckets_reclaimed"] = double(reclaimed_.load(std::memory_order_relaxed));
   (*out)["filter_bits"] = f ? double(f->nbits()) : 0;
   (*out)["filter_capacity"] = f ? double(f->capacity()) : 0;
   (*out)["filter_rebuilds"] = double(rebuilds_.load());
@@ -616,14 +646,23 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
     }
 }
 
+// Each chain is copied under an epoch guard (a delete may free a chained bucket beside it);
+// fn runs outside the guard, so it may call into the index.
 void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
-  for (uint64_t hb = 0; hb < root_->nheads; ++hb)
-    for (const Bucket* b = head(hb);;) {
-      for (int i = 0; i < kSlots; ++i)
-        if (b->live(i)) fn(b->slots[i]);
-      if (b->next == 0) break;
-      b = bucket_at(b->next);
+  std::vector<Slot> chain;
+  for (uint64_t hb = 0; hb < root_->nheads; ++hb) {
+    chain.clear();
+    {
+      pm::Epochs::Guard g(epochs_);
+      for (const Bucket* b = head(hb);;) {
+        for (int i = 0; i < kSlots; ++i)
+          if (b->live(i)) chain.push_back(b->slots[i]);
+        if (b->next == 0) break;
+        b = bucket_at(b->next);
+      }
     }
+    for (const Slot& s : chain) fn(s);
+  }
 }
 
 }  // namespace pmhash::smartht

@@ -81,7 +81,12 @@ class SmartHT final : public Scheme {
   Bucket* bucket_at(uint64_t off) const { return pool_.ptr<Bucket>(off); }
   Stripe& stripe_of(uint64_t head) const { return stripes_[head / root_->stripe]; }
   // Chain search under the stripe lock: the bucket and slot holding the key, if any.
-  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot) const;
+  // `prev` (optional): the bucket before *b, null when *b is the head bucket.
+  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot,
+            Bucket** prev = nullptr) const;
+  Bucket* free_slot_bucket(Bucket* h) const;  // under the stripe lock; null: chain full
+  // Unlinks the emptied chained bucket b (after prev) and frees it, with `item` if non-zero.
+  void reclaim(Bucket* prev, Bucket* b, uint64_t item);
   // DRAM filters alive (current, being built, retired and not yet freed). Shared with the
   // epoch callbacks that free retired filters, which may run after the scheme is gone.
   struct FilterAccounting {
@@ -120,6 +125,7 @@ class SmartHT final : public Scheme {
   std::atomic<common::BloomFilter*> building_{nullptr};
   std::atomic<uint64_t> adds_{0};  // keys added to the current filter (deleted ones stay set)
   std::atomic<uint64_t> rebuilds_{0};
+  std::atomic<uint64_t> reclaimed_{0};  // chained buckets unlinked and freed by deletes
   std::atomic<double> last_build_ms_{0};
   std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
   std::shared_ptr<FilterAccounting> filters_{std::make_shared<FilterAccounting>()};

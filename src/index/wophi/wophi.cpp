@@ -46,7 +46,8 @@ Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
   nareas_ = root_->nareas;
   // Buckets past the capacity do not exist (an older version could persist such a count).
   pab_next_ = std::min(root_->expand_bucket_num, pab_cap_.load());
-  if (after_crash) recover_pab();
+  (void)after_crash;  // deletes leave holes too: the free list is rebuilt at every open
+  recover_pab();
 }
 
 Wophi::~Wophi() {
@@ -144,7 +145,9 @@ uint64_t Wophi::pab_offset(uint64_t g) const {
 }
 
 bool Wophi::pab_index(uint64_t off, uint64_t* g) const {
-  for (uint64_t a = 0; a < root_->nareas; ++a) {
+  // nareas_, not the root's word: the grower may be committing the next area (reclaim
+  // calls this beside it); areas below nareas_ were published before it.
+  for (uint64_t a = 0, na = nareas_.load(std::memory_order_acquire); a < na; ++a) {
     uint64_t base = root_->areas[a], n = root_->pab_initial << a;
     if (off >= base && off < base + n * sizeof(Bucket)) {
       *g = area_start(a) + (off - base) / sizeof(Bucket);
@@ -154,12 +157,14 @@ bool Wophi::pab_index(uint64_t off, uint64_t* g) const {
   return false;
 }
 
-bool Wophi::find(const Hashed& k, std::string_view key, Bucket** out, int* slot) const {
-  for (Bucket* b = main(k.index);; b = at(b->next)) {
+bool Wophi::find(const Hashed& k, std::string_view key, Bucket** out, int* slot,
+                 Bucket** prev) const {
+  for (Bucket *b = main(k.index), *p = nullptr;; p = b, b = at(b->next)) {
     for (int i = 0; i < kSlots; ++i)
       if (b->live(i) && items_.matches(b->slots[i].key, b->slots[i].value, key, k.kw)) {
         *out = b;
         *slot = i;
+        if (prev != nullptr) *prev = p;
         return true;
       }
     if (b->next == 0) return false;
@@ -248,6 +253,7 @@ Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
       common::store_word(tail->next, pool_.offset(nb));
       p.persist(&tail->next, 8);
     }
+    chain_buckets_.fetch_add(1, std::memory_order_relaxed);
   }
   if (use_pab_) maybe_grow_in_background();
   return Status::Ok();
@@ -259,9 +265,12 @@ Status Wophi::remove(std::string_view key) {
   std::unique_lock<std::shared_mutex> lock(stripes_[k.index / root_->stripe].lock);
   Bucket* b;
   int i;
-  if (!find(k, key, &b, &i)) return {Code::kNotFound, "key not found"};
+  Bucket* prev = nullptr;
+  if (!find(k, key, &b, &i, &prev)) return {Code::kNotFound, "key not found"};
   uint64_t tokens = Bucket::with_token(b->tokens, i, false);
-  if (items_.variable()) {
+  if (prev != nullptr && tokens == 0) {
+    reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);
+  } else if (items_.variable()) {
     pm::Tx tx(alloc_);
     tx.store(&b->tokens, tokens);
     tx.free(b->slots[i].value);
@@ -271,6 +280,37 @@ Status Wophi::remove(std::string_view key) {
     pool_.persister().persist(&b->tokens, 8);
   }
   return Status::Ok();
+}
+
+// Beyond the paper (its chains never shrink): a chain bucket whose last item is deleted is
+// unlinked; the unlink deletes the key too (the bucket's token need not be cleared). At the
+// chain's end, in fixed format, that is one log-free 8-byte store; otherwise the bucket after
+// it gets its new `owner` and the item is freed in the same redo-logged commit. A PAB bucket
+// returns to the PAB free list at once (a crash before then: recover_pab finds it
+// unlinked): every walk of a chain (get, put, remove, size, for_each) holds its stripe lock,
+// so once the unlink is done under the exclusive lock no reader can reach the bucket, and no
+// grace period is needed before another chain reuses it. A bucket allocated on the write
+// path is freed in the commit (its DRAM reuse goes through the allocator's epochs).
+void Wophi::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
+  uint64_t off = pool_.offset(b), g = 0;
+  bool in_pab = pab_index(off, &g);
+  if (b->next == 0 && item == 0 && in_pab) {
+    common::store_word(prev->next, uint64_t{0});
+    pool_.persister().persist(&prev->next, 8);
+  } else {
+    pm::Tx tx(alloc_);
+    if (b->next != 0) tx.store(&at(b->next)->owner, pool_.offset(prev));
+    tx.store(&prev->next, b->next);
+    if (!in_pab) tx.free(off);
+    if (item != 0) tx.free(item);
+    tx.commit();
+  }
+  reclaimed_.fetch_add(1, std::memory_order_relaxed);
+  chain_buckets_.fetch_sub(1, std::memory_order_relaxed);
+  if (in_pab) {
+    std::lock_guard<std::mutex> fl(pab_free_.mu);
+    pab_free_.buckets.push_back(g);
+  }
 }
 
 // ---- Pre-Allocation Buckets ----
@@ -293,10 +333,10 @@ Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
   }
   uint64_t g = ~uint64_t{0};
   {
-    std::lock_guard<std::mutex> fl(free_mu_);
-    if (!pab_free_.empty()) {
-      g = pab_free_.back();
-      pab_free_.pop_back();
+    std::lock_guard<std::mutex> fl(pab_free_.mu);
+    if (!pab_free_.buckets.empty()) {
+      g = pab_free_.buckets.back();
+      pab_free_.buckets.pop_back();
     }
   }
   if (g == ~uint64_t{0}) {
@@ -348,12 +388,18 @@ Status Wophi::grow_pab() {
   return Status::Ok();
 }
 
-// Off the critical path: at 75% use, the worker adds the next area. After a failed growth
-// only an inline growth (a take finding the PAB exhausted) tries again.
+// Off the critical path: at 75% use, the worker adds the next area. "Use" counts the PAB
+// buckets linked in chains, not the high-water mark: buckets deletes gave back (or that
+// wait for their grace period) are handed out again first. After a failed growth only an
+// inline growth (a take finding the PAB exhausted) tries again.
+bool Wophi::pab_nearly_full() const {
+  return chain_buckets_.load(std::memory_order_relaxed) * 4 >=
+         pab_cap_.load(std::memory_order_relaxed) * 3;
+}
+
 void Wophi::maybe_grow_in_background() {
   if (!grow_in_background_ || grow_failed_.load(std::memory_order_relaxed)) return;
-  if (pab_next_.load(std::memory_order_relaxed) * 4 < pab_cap_.load(std::memory_order_relaxed) * 3)
-    return;
+  if (!pab_nearly_full()) return;
   common::Worker* w = grower_.load(std::memory_order_acquire);
   if (w != nullptr && w->busy()) return;  // wakes coalesce
   if ((w = start_grower()) != nullptr) w->wake();
@@ -361,16 +407,17 @@ void Wophi::maybe_grow_in_background() {
 
 void Wophi::grow_in_background() {
   std::lock_guard<std::mutex> gl(grow_mu_);
-  if (!grow_failed_.load() && pab_next_.load() * 4 >= pab_cap_.load() * 3) (void)grow_pab();
+  if (!grow_failed_.load() && pab_nearly_full()) (void)grow_pab();
 }
 
-// After a crash: PAB buckets handed out but never linked (a crash between take and link)
-// are found by walking every chain, and handed out again; nothing leaks.
+// At every open: PAB buckets handed out but not linked — after a crash between take and
+// link, or unlinked by a delete (reclaim) — are found by walking every chain, and handed out
+// again; nothing leaks, and a clean reopen keeps the space deletes gave back.
 void Wophi::recover_pab() {
   std::vector<bool> linked(pab_capacity(root_->nareas), false);
-  uint64_t high = 0;
+  uint64_t high = 0, chains = 0;
   for (uint64_t i = 0; i < root_->nbuckets; ++i)
-    for (const Bucket* b = main(i); b->next != 0; b = at(b->next)) {
+    for (const Bucket* b = main(i); b->next != 0; b = at(b->next), ++chains) {
       uint64_t g;
       if (pab_index(b->next, &g)) {
         linked[g] = true;
@@ -378,8 +425,9 @@ void Wophi::recover_pab() {
       }
     }
   for (uint64_t g = 0; g < high; ++g)
-    if (!linked[g]) pab_free_.push_back(g);
+    if (!linked[g]) pab_free_.buckets.push_back(g);
   pab_next_ = high;
+  chain_buckets_ = chains;
 }
 
 void Wophi::wait_idle() {
@@ -410,7 +458,7 @@ uint64_t Wophi::size() const {
 }
 
 uint64_t Wophi::capacity_slots() const {
-  return (root_->nbuckets + pab_next_.load() + allocs_on_write_.load()) * kSlots;
+  return (root_->nbuckets + chain_buckets_.load(std::memory_order_relaxed)) * kSlots;
 }
 
 uint64_t Wophi::dram_bytes() const {
@@ -424,6 +472,12 @@ void Wophi::counters(std::map<std::string, double>* out) const {
   (*out)["pab_grows"] = double(grows_.load());
   (*out)["pab_grow_failures"] = double(grow_failures_.load());
   (*out)["chain_allocs_on_write"] = double(allocs_on_write_.load());
+  (*out)["chain_buckets"] = double(chain_buckets_.load(std::memory_order_relaxed));
+  (*out)["chain_buckets_reclaimed"] = double(reclaimed_.load(std::memory_order_relaxed));
+  {
+    std::lock_guard<std::mutex> fl(pab_free_.mu);
+    (*out)["pab_free"] = double(pab_free_.buckets.size());
+  }
   // The paper's load factor: items over the main buckets' slots.
   (*out)["main_load_factor"] = double(size()) / double(root_->nbuckets * kSlots);
 }
@@ -474,6 +528,13 @@ bool Wophi::check(std::string* report) const {
       b = at(b->next);
     }
   }
+  if (ok && seen_chain.size() != chain_buckets_.load())
+    bad("chain bucket count " + std::to_string(chain_buckets_.load()) + " disagrees with " +
+        std::to_string(seen_chain.size()) + " linked");
+  std::lock_guard<std::mutex> fl(pab_free_.mu);
+  for (uint64_t g : pab_free_.buckets)
+    if (g >= pab_next_.load() || seen_chain.count(pab_offset(g)))
+      bad("PAB bucket " + std::to_string(g) + " is on the free list but linked or never taken");
   return ok;
 }
 
@@ -492,13 +553,23 @@ void Wophi::for_each_reachable(const std::function<void(uint64_t off)>& fn) cons
     }
 }
 
+// Each chain is copied under its stripe's shared lock (a delete may unlink a chain bucket
+// and another chain reuse it at once); fn runs outside the lock, so it may call into the
+// index.
 void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
-  for (uint64_t i = 0; i < root_->nbuckets; ++i)
-    for (const Bucket* b = main(i);; b = at(b->next)) {
-      for (int j = 0; j < kSlots; ++j)
-        if (b->live(j)) fn(b->slots[j]);
-      if (b->next == 0) break;
+  std::vector<Slot> chain;
+  for (uint64_t i = 0; i < root_->nbuckets; ++i) {
+    chain.clear();
+    {
+      std::shared_lock<std::shared_mutex> lock(stripes_[i / root_->stripe].lock);
+      for (const Bucket* b = main(i);; b = at(b->next)) {
+        for (int j = 0; j < kSlots; ++j)
+          if (b->live(j)) chain.push_back(b->slots[j]);
+        if (b->next == 0) break;
+      }
     }
+    for (const Slot& s : chain) fn(s);
+  }
 }
 
 }  // namespace pmhash::wophi

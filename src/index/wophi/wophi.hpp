@@ -92,7 +92,11 @@ class Wophi final : public Scheme {
   Hashed hashed(std::string_view key) const;
   Bucket* main(uint64_t i) const { return pool_.ptr<Bucket>(root_->buckets) + i; }
   Bucket* at(uint64_t off) const { return pool_.ptr<Bucket>(off); }
-  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot) const;
+  // `prev` (optional): the bucket before *b, null when *b is the main bucket.
+  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot,
+            Bucket** prev = nullptr) const;
+  // Unlinks the emptied chain bucket b (after prev), freeing `item` if non-zero.
+  void reclaim(Bucket* prev, Bucket* b, uint64_t item);
   // PAB: global bucket index <-> offset.
   uint64_t area_start(uint64_t a) const { return root_->pab_initial * ((uint64_t{1} << a) - 1); }
   uint64_t pab_capacity(uint64_t nareas) const { return area_start(nareas); }
@@ -100,9 +104,10 @@ class Wophi final : public Scheme {
   bool pab_index(uint64_t off, uint64_t* g) const;
   Status take_chain_bucket(pm::Reservation* r, Bucket** out);
   Status grow_pab();  // one more PAB area (under grow_mu_)
+  bool pab_nearly_full() const;
   void maybe_grow_in_background();
   void grow_in_background();  // the worker's task
-  void recover_pab();         // after a crash: taken-but-unlinked PAB buckets are reused
+  void recover_pab();         // at open: taken-but-unlinked PAB buckets are reused
   void persist_high_water(uint64_t n);
 
   pm::Pool& pool_;
@@ -119,8 +124,14 @@ class Wophi final : public Scheme {
   std::atomic<uint64_t> pab_next_{0};
   std::atomic<uint64_t> pab_cap_{0};  // PAB buckets in the published areas
   std::atomic<uint64_t> nareas_{0};   // PAB areas published (DRAM copy of Root::nareas)
-  std::mutex free_mu_;
-  std::vector<uint64_t> pab_free_;  // holes found by recovery
+  // PAB buckets to hand out again: holes found at open and buckets deletes unlinked.
+  struct FreeList {
+    std::mutex mu;
+    std::vector<uint64_t> buckets;
+  };
+  mutable FreeList pab_free_;
+  std::atomic<uint64_t> reclaimed_{0};      // chain buckets unlinked by deletes
+  std::atomic<uint64_t> chain_buckets_{0};  // chain buckets linked (counted at open)
   std::mutex grow_mu_;
   // The last growth failed (pool full): no background retries until an inline one succeeds.
   std::atomic<bool> grow_failed_{false};

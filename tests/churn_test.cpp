@@ -1,0 +1,109 @@
+// Space under churn (issue 18): a steady live set under random inserts of new keys and
+// deletes of live keys, 10x its size. PM bytes per live key must end within 1.5x of what
+// they were after the initial load: slots deletes free are reused and emptied chain buckets
+// are given back. Contents match a model and check() passes at the end.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "test_util.hpp"
+
+namespace pmhash::testing {
+namespace {
+
+struct ChurnCase {
+  std::string scheme;
+  Format format;
+};
+
+// Tables smaller than the live set needs, so that most items live in chains: the space that
+// churn must give back is chain buckets (with tables sized for the keys, chains are rare and
+// the PM bytes would hide a leak of them). PMHASH_CHURN_BUCKETS overrides (experiments).
+std::map<std::string, std::string> churn_params(const std::string& scheme) {
+  const char* b = std::getenv("PMHASH_CHURN_BUCKETS");
+  if (scheme == "smartht") return {{"buckets", b ? b : "512"}};  // ~10 keys per head bucket
+  if (scheme == "wophi") return {{"buckets", b ? b : "2048"}};   // ~2.5 keys per main bucket
+  return {};
+}
+
+class SpaceUnderChurn : public ::testing::TestWithParam<ChurnCase> {};
+
+double pm_bytes_per_key(const Index& idx) {
+  Stats s = idx.stats();
+  return s.size ? double(s.pm_bytes) / double(s.size) : 0;
+}
+double load_factor(const Index& idx) {
+  return idx.stats().load_factor;
+}
+
+TEST_P(SpaceUnderChurn, PmBytesPerKeyStayWithinOneAndAHalfTimesTheLoad) {
+  const uint64_t kLive = 5000, kOps = 50000;
+  const bool fixed = GetParam().format == Format::kFixed;
+  TempPool p;
+  Options o = small_options(GetParam().scheme, GetParam().format);
+  o.capacity_hint = kLive;
+  o.params = churn_params(GetParam().scheme);
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  Model m;
+  std::vector<uint64_t> live;
+  uint64_t next = 0;
+  auto insert = [&] {
+    uint64_t id = next++;
+    std::string k = make_key(id, fixed), v = make_value(k, uint32_t(id), fixed);
+    ASSERT_TRUE(idx->insert(k, v).ok());
+    m.insert(k, v);
+    live.push_back(id);
+  };
+  for (uint64_t i = 0; i < kLive; ++i) insert();
+  const double after_load = pm_bytes_per_key(*idx), lf_after_load = load_factor(*idx);
+  std::mt19937_64 rng(7);
+  for (uint64_t i = 0; i < kOps; ++i) {
+    // Random inserts and deletes; the live set stays within 1% of kLive.
+    bool ins = live.size() <= kLive - kLive / 100   ? true
+               : live.size() >= kLive + kLive / 100 ? false
+                                                    : (rng() & 1) != 0;
+    if (ins) {
+      insert();
+    } else {
+      size_t j = rng() % live.size();
+      std::string k = make_key(live[j], fixed);
+      ASSERT_TRUE(idx->remove(k).ok()) << "live key " << live[j] << " missing";
+      m.remove(k);
+      live[j] = live.back();
+      live.pop_back();
+    }
+  }
+  const double at_end = pm_bytes_per_key(*idx), lf_at_end = load_factor(*idx);
+  std::map<std::string, double> c = idx->stats().counters;
+  std::printf(
+      "[%s %s] PM bytes per live key: %.1f after the load, %.1f after %llu churn ops "
+      "(%.2fx); load factor %.2f -> %.2f; chain buckets reclaimed: %.0f\n",
+      GetParam().scheme.c_str(), format_name(GetParam().format), after_load, at_end,
+      static_cast<unsigned long long>(kOps), at_end / after_load, lf_after_load, lf_at_end,
+      c.count("chain_buckets_reclaimed") ? c["chain_buckets_reclaimed"] : 0.0);
+  for (const char* k : {"chain_buckets", "pab_used", "pab_capacity", "pab_free"})
+    if (c.count(k)) std::printf("  %s %.0f\n", k, c[k]);
+  EXPECT_LE(at_end, 1.5 * after_load);
+  // Slots per live key too (format-independent: item blocks do not dilute it).
+  EXPECT_GE(lf_at_end * 1.5, lf_after_load);
+  EXPECT_EQ(idx->size(), m.size());
+  std::string v;
+  for (auto& [k, val] : m.items()) {
+    ASSERT_TRUE(idx->get(k, &v).ok());
+    ASSERT_EQ(v, val);
+  }
+  std::string report;
+  EXPECT_TRUE(idx->check(&report).ok()) << report;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schemes, SpaceUnderChurn,
+    ::testing::Values(ChurnCase{"smartht", Format::kFixed}, ChurnCase{"smartht", Format::kVariable},
+                      ChurnCase{"wophi", Format::kFixed}, ChurnCase{"wophi", Format::kVariable}),
+    [](const auto& info) { return info.param.scheme + "_" + format_name(info.param.format); });
+
+}  // namespace
+}  // namespace pmhash::testing
