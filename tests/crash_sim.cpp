@@ -275,18 +275,21 @@ Code apply(Index& idx, const Op& op, std::string* got) {
 
 class OpGen {
  public:
-  OpGen(uint64_t seed, int keys, bool fixed, uint64_t key_base = 0)
-      : rng_(seed), keys_(keys), fixed_(fixed), base_(key_base) {}
+  OpGen(uint64_t seed, int keys, bool fixed, uint64_t key_base = 0, int churn_removes = 0)
+      : rng_(seed), keys_(keys), fixed_(fixed), base_(key_base), churn_removes_(churn_removes) {}
   Op next(int ramp_until, int i) {
     Op op;
     uint64_t k = base_ + rng_() % keys_;
     int r = static_cast<int>(rng_() % 100);
     if (i < ramp_until) r = 0;  // fill first, so tables grow (and resize)
-    op.kind = r < 40   ? OpKind::kInsert
-              : r < 60 ? OpKind::kUpsert
-              : r < 70 ? OpKind::kUpdate
-              : r < 88 ? OpKind::kRemove
-                       : OpKind::kGet;
+    if (churn_removes_ > 0)     // churn: inserts and removes only
+      op.kind = r < 100 - churn_removes_ ? OpKind::kInsert : OpKind::kRemove;
+    else
+      op.kind = r < 40   ? OpKind::kInsert
+                : r < 60 ? OpKind::kUpsert
+                : r < 70 ? OpKind::kUpdate
+                : r < 88 ? OpKind::kRemove
+                         : OpKind::kGet;
     op.key = make_key(k, fixed_);
     op.value = make_value(op.key, ++version_, fixed_);
     return op;
@@ -297,6 +300,7 @@ class OpGen {
   uint64_t keys_;
   bool fixed_;
   uint64_t base_;
+  int churn_removes_;
   uint32_t version_ = 0;
 };
 
@@ -535,7 +539,7 @@ struct Harness {
 
   // One worker: its own keys (offset by thread), its own op sequence.
   void worker(Index& idx, CrashSim& sim, int t) {
-    OpGen gen(cfg.seed + 1000 * t, cfg.keys, fixed, uint64_t(t) * 1000000);
+    OpGen gen(cfg.seed + 1000 * t, cfg.keys, fixed, uint64_t(t) * 1000000, cfg.churn_removes);
     std::string got, want;
     for (int i = 0; i < cfg.ops && res.failures == 0; ++i) {
       Op op = gen.next(cfg.keys / 2, i);
