@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -586,6 +587,55 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
   std::printf("refusals by code:");
   for (auto& [code, n] : refusals) std::printf(" %s %llu;", code.c_str(), (unsigned long long)n);
   std::printf("\n");
+}
+
+}  // namespace
+}  // namespace pmhash::testing
+
+namespace pmhash::testing {
+namespace {
+
+// Issue 16 review: the word at ((key 5's offset & ~(align-1)) + rel) := value, as
+// /tmp/rev16/smash.py did; then check(), stats() and for_each() in a child with a time
+// limit must neither crash nor hang, and a refused open must leave the file identical.
+void smash_and_use(const SchemeFormat& sf, uint64_t align, uint64_t rel, uint64_t value) {
+  TempPool p;
+  std::vector<char> bytes = make_pool(p.path, sf, 100);
+  ASSERT_FALSE(bytes.empty());
+  uint64_t key = 0x4B45590000000000 + 5;
+  auto at = std::search(bytes.begin() + 4096, bytes.end(), reinterpret_cast<const char*>(&key),
+                        reinterpret_cast<const char*>(&key) + 8);
+  ASSERT_NE(at, bytes.end());
+  uint64_t off = (uint64_t(at - bytes.begin()) & ~(align - 1)) + rel;
+  set_word(&bytes, off, value);
+  write_bytes(p.path, bytes);
+  pid_t c = fork();
+  if (c == 0) {
+    alarm(20);
+    std::unique_ptr<Index> idx;
+    Status s = reopen(p.path, sf, false, &idx);
+    if (!s.ok()) _exit(read_file(p.path) == bytes ? 10 : 11);
+    std::string report;
+    bool ok = idx->impl()->check(&report);
+    (void)idx->stats();
+    uint64_t n = 0;
+    idx->for_each([](void* v, std::string_view, std::string_view) { ++*static_cast<uint64_t*>(v); },
+                  &n);
+    _exit(ok ? 12 : 13);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(c, &st, 0), c);
+  ASSERT_TRUE(WIFEXITED(st)) << "the child died of signal " << WTERMSIG(st);
+  EXPECT_NE(WEXITSTATUS(st), 11) << "a refused open changed the file";
+  EXPECT_NE(WEXITSTATUS(st), 12) << "check() found nothing wrong";
+}
+
+TEST(Damage, SmartHTBadChainPointerIsReportedNotFollowed) {
+  smash_and_use({"smartht", Format::kFixed}, 64, 56, 0xffffffffffffffffull);
+}
+
+TEST(Damage, WophiBadChainPointerIsRefusedAtOpen) {
+  smash_and_use({"wophi", Format::kFixed}, 128, 8, 0x4141414141414100ull);
 }
 
 }  // namespace

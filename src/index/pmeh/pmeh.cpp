@@ -170,7 +170,7 @@ Status Pmeh::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   return Status::Ok();
 }
 
-Status Pmeh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
+Status Pmeh::open(SchemeContext& ctx, bool /*clean*/, std::unique_ptr<Scheme>* out) {
   Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return {Code::kCorrupted, "pmeh: root object missing or damaged"};
   uint64_t zones = uint64_t{1} << std::min<uint64_t>(r->zone_bits, 12);
@@ -189,12 +189,11 @@ Status Pmeh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) 
     if (d->depth > 40 || ctx.alloc.block_size(r->dirs[j]) < sizeof(Directory) + (8ull << d->depth))
       return {Code::kCorrupted, "pmeh: directory " + std::to_string(j) + " damaged"};
   }
-  // After a crash, a new crash version: every bucket lock taken before is stale, and each
-  // segment is checked at its first access. A clean close left no locks.
-  if (!clean) {
-    store_word(r->open_gen, r->open_gen + 1);
-    ctx.pool.persister().persist(&r->open_gen, 8);
-  }
+  // Every open is a new crash version: a bucket lock bit in PM is never meaningful across
+  // opens (a clean close leaves none, but a damaged pool may hold one and would hang readers),
+  // so each segment's locks are reset, and the segment checked, at its first access.
+  store_word(r->open_gen, r->open_gen + 1);
+  ctx.pool.persister().persist(&r->open_gen, 8);
   *out = std::make_unique<Pmeh>(ctx, ctx.pool.root());
   return Status::Ok();
 }

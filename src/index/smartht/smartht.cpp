@@ -434,11 +434,11 @@ bool SmartHT::build_filter(BloomFilter* f) {
         for (uint64_t hb = s * root_->stripe; hb < end; ++hb) {
           if (hb + 4 < end && head(hb + 4)->next != 0)  // chained buckets are scattered
             __builtin_prefetch(bucket_at(head(hb + 4)->next));
-          for (Bucket* b = head(hb);; ++my_chains) {
+          uint64_t steps = 0;
+          for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++)) {
             for (int i = 0; i < kSlots; ++i)
               if (b->live(i)) hashes.push_back(items_.slot_hash(b->slots[i].key));
-            if (b->next == 0) break;
-            b = bucket_at(b->next);
+            if (steps > 0) ++my_chains;
           }
         }
         if (f != nullptr) f->add_batch(hashes.data(), hashes.size());
@@ -595,8 +595,6 @@ bool SmartHT::check(std::string* report) const {
     uint64_t steps = 0;
     for (const Bucket* b = head(hb);; ++steps) {
       std::string where = "head " + std::to_string(hb) + " bucket " + std::to_string(steps);
-      if (steps > 0 && alloc_.block_size(pool_.offset(b)) != sizeof(Bucket))
-        bad(where + ": chained bucket is not an allocated 64-byte block");
       if (b->tokens & ~uint64_t{0x010101}) bad(where + ": token or padding holds garbage");
       for (int i = 0; i < kSlots; ++i) {
         if (!b->live(i)) continue;
@@ -618,11 +616,12 @@ bool SmartHT::check(std::string* report) const {
           bad(where + ": key missing from the Bloom filter (false negative)");
       }
       if (b->next == 0) break;
-      if (steps > (uint64_t{1} << 26)) {
-        bad("head " + std::to_string(hb) + ": chain does not end (cycle)");
+      const Bucket* n = next_checked(b, steps);
+      if (n == nullptr) {  // never followed: it could point anywhere
+        bad(where + ": links a bucket that is not an allocated 64-byte block, or a cycle");
         break;
       }
-      b = bucket_at(b->next);
+      b = n;
       ++chains;
     }
   }
@@ -635,14 +634,12 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
   fn(root_off_);
   fn(root_->heads);
   if (root_->saved_filter != 0) fn(root_->saved_filter);
-  for (uint64_t hb = 0; hb < root_->nheads; ++hb)
-    for (const Bucket* b = head(hb);;) {
+  for (uint64_t hb = 0, steps = 0; hb < root_->nheads; ++hb, steps = 0)
+    for (const Bucket *b = head(hb), *n = nullptr; b != nullptr; b = n) {
       if (items_.variable())
         for (int i = 0; i < kSlots; ++i)
           if (b->live(i)) fn(b->slots[i].value);
-      if (b->next == 0) break;
-      fn(b->next);
-      b = bucket_at(b->next);
+      if ((n = next_checked(b, steps++)) != nullptr) fn(b->next);
     }
 }
 
@@ -654,12 +651,10 @@ void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
     chain.clear();
     {
       pm::Epochs::Guard g(epochs_);
-      for (const Bucket* b = head(hb);;) {
+      uint64_t steps = 0;
+      for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
         for (int i = 0; i < kSlots; ++i)
           if (b->live(i)) chain.push_back(b->slots[i]);
-        if (b->next == 0) break;
-        b = bucket_at(b->next);
-      }
     }
     for (const Slot& s : chain) fn(s);
   }

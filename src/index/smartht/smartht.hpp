@@ -79,6 +79,15 @@ class SmartHT final : public Scheme {
   Hashed hashed(std::string_view key) const;
   Bucket* head(uint64_t i) const { return pool_.ptr<Bucket>(root_->heads) + i; }
   Bucket* bucket_at(uint64_t off) const { return pool_.ptr<Bucket>(off); }
+  // The chained bucket after b for the walks that must survive a damaged pool (check, size,
+  // for_each, the filter rebuild): null at the chain's end, when b->next is not an allocated
+  // 64-byte block, or after more links than the pool has 64-byte blocks (a cycle).
+  const Bucket* next_checked(const Bucket* b, uint64_t steps) const {
+    if (b->next == 0 || steps > pool_.size() / sizeof(Bucket) ||
+        alloc_.block_size(b->next) != sizeof(Bucket))
+      return nullptr;
+    return bucket_at(b->next);
+  }
   Stripe& stripe_of(uint64_t head) const { return stripes_[head / root_->stripe]; }
   // Chain search under the stripe lock: the bucket and slot holding the key, if any.
   // `prev` (optional): the bucket before *b, null when *b is the head bucket.

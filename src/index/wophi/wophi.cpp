@@ -522,7 +522,9 @@ bool Wophi::check(std::string* report) const {
       } else if (alloc_.block_size(b->next) != sizeof(Bucket)) {
         bad(where + ": links a bucket that is neither in the PAB nor allocated");
       }
+      if (!ok) break;  // never follow a link found bad
       if (!seen_chain.insert(b->next).second) bad(where + ": bucket linked twice");
+      if (!ok) break;
       if (at(b->next)->owner != pool_.offset(b)) bad(where + ": chain bucket's owner differs");
       if (!ok) break;
       b = at(b->next);
