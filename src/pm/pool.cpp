@@ -188,7 +188,8 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   std::unique_ptr<Pool> p(new Pool());
   p->path_ = path;
   p->read_only_ = args.read_only;
-  p->fd_ = ::open(path.c_str(), (args.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+  p->fd_ = ::open(path.c_str(), (args.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
   bool created_file = false;  // by this call: removed again if creation is refused
   if (p->fd_ < 0 && errno == ENOENT && may_create) {
     Status s = check_create_args(args);  // refuse before the file exists
@@ -212,6 +213,8 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   }
   struct stat st {};
   if (fstat(p->fd_, &st) != 0) return {Code::kIoError, errno_text("cannot stat", path)};
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISDIR(st.st_mode))
+    return {Code::kNotAPool, "'" + path + "' is not a regular file or a device: not a pool"};
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
   if (formattable(p->fd_, file_size)) {
