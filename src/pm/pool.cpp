@@ -232,6 +232,7 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
       }
       return s;
     }
+    p->created_file_ = created_file;
     *out = std::move(p);
     return Status::Ok();
   }
@@ -380,6 +381,19 @@ Status Pool::create_layout(const PoolArgs& args) {
   persister_.persist(base_, 8);
   was_clean_ = false;
   return Status::Ok();
+}
+
+}  // namespace pmhash::pm
+
+namespace pmhash::pm {
+
+void Pool::abandon_creation() {
+  if (created_file_) {
+    unlink(path_.c_str());
+    return;
+  }
+  if (pwrite(fd_, kCreatingMagic, sizeof kCreatingMagic, 0) == sizeof kCreatingMagic)
+    fdatasync(fd_);
 }
 
 }  // namespace pmhash::pm
