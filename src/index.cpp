@@ -274,6 +274,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
   pool.set_clean(false);
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
+  if (!s.ok() && fresh) pool.abandon_creation();
   if (!s.ok()) return s;
   impl->recovered = !fresh && !clean;
   impl->open_ms =

@@ -1,6 +1,7 @@
 // The pmhash command-line tool, run as a separate process.
 #if defined(PMHASH_CLI)
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -152,6 +153,36 @@ TEST(Cli, BadFilesGetAMessageNotACrash) {
   EXPECT_EQ(read_file(foreign.path), std::vector<char>(10000, 'x'));
   EXPECT_EQ(run("frobnicate").exit_code, 2);
   EXPECT_EQ(run("bench --help").exit_code, 0);
+}
+
+// A FIFO is not a pool: info and check say so instead of waiting for a writer forever
+// (a bounded `timeout` turns a hang into exit 124), and the library refuses it, also with
+// create, writing nothing into it.
+TEST(Cli, AFifoIsRefusedNotWaitedOn) {
+  std::string fifo = temp_pool_path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const char* cmd : {"info ", "check "}) {
+    std::string line = "timeout 60 " + std::string(PMHASH_CLI) + " " + cmd + fifo + " 2>&1";
+    FILE* f = popen(line.c_str(), "r");
+    std::string out;
+    char buf[512];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+    int status = pclose(f);
+    ASSERT_TRUE(WIFEXITED(status)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << cmd << out;
+    EXPECT_NE(out.find("not a regular file"), std::string::npos) << cmd << out;
+  }
+  for (bool create : {false, true}) {
+    Options o = small_options("turbohash", Format::kFixed);
+    o.create = create;
+    std::unique_ptr<Index> idx;
+    Status s = Index::open(fifo, o, &idx);
+    EXPECT_EQ(s.code(), Code::kNotAPool) << s.to_string();
+  }
+  struct stat st {};
+  ASSERT_EQ(stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  unlink(fifo.c_str());
 }
 
 TEST(Cli, ExportImportMovesDataBetweenSchemes) {

@@ -103,6 +103,32 @@ TEST(Pool, UnknownSchemeAndMissingFile) {
   EXPECT_NE(access(p.path.c_str(), F_OK), 0) << "a failed open must not create the file";
 }
 
+// A creation the scheme refuses (far too small a pool for the capacity asked for) leaves
+// nothing behind: no file when the open created it; else a file the next create formats
+// with the new arguments (it used to keep the refused layout, so every later create of that
+// path failed the same way, or with a scheme or format mismatch).
+TEST(Pool, RefusedCreationLeavesNothingBehind) {
+  for (const char* scheme : {"turbohash", "smartht", "wophi", "hdnh", "pmeh"}) {
+    for (bool existed : {false, true}) {
+      TempPool p;
+      if (existed) write_bytes(p.path, {});
+      Options huge = small_options(scheme, Format::kFixed);
+      huge.capacity_hint = uint64_t{1} << 40;
+      std::unique_ptr<Index> idx;
+      Status s = Index::open(p.path, huge, &idx);
+      EXPECT_FALSE(s.ok()) << scheme;
+      EXPECT_EQ(access(p.path.c_str(), F_OK) == 0, existed)
+          << scheme << ": " << (existed ? "the user's file was removed" : "a file was left");
+      Options other = small_options("turbohash", Format::kVariable);
+      s = Index::open(p.path, other, &idx);
+      EXPECT_TRUE(s.ok()) << scheme << ", then a create of another kind: " << s.to_string();
+      if (idx) {
+        EXPECT_TRUE(idx->insert("k", "v").ok());
+      }
+    }
+  }
+}
+
 TEST(Pool, AlreadyOpenInThisProcess) {
   TempPool p;
   make_pool(p.path);

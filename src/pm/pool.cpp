@@ -188,7 +188,8 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   std::unique_ptr<Pool> p(new Pool());
   p->path_ = path;
   p->read_only_ = args.read_only;
-  p->fd_ = ::open(path.c_str(), (args.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below).
+  p->fd_ = ::open(path.c_str(), (args.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
   bool created_file = false;  // by this call: removed again if creation is refused
   if (p->fd_ < 0 && errno == ENOENT && may_create) {
     Status s = check_create_args(args);  // refuse before the file exists
@@ -212,6 +213,8 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   }
   struct stat st {};
   if (fstat(p->fd_, &st) != 0) return {Code::kIoError, errno_text("cannot stat", path)};
+  if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISDIR(st.st_mode))
+    return {Code::kNotAPool, "'" + path + "' is not a regular file or a device: not a pool"};
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
 
   if (formattable(p->fd_, file_size)) {
@@ -229,6 +232,7 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
       }
       return s;
     }
+    p->created_file_ = created_file;
     *out = std::move(p);
     return Status::Ok();
   }
@@ -377,6 +381,19 @@ Status Pool::create_layout(const PoolArgs& args) {
   persister_.persist(base_, 8);
   was_clean_ = false;
   return Status::Ok();
+}
+
+}  // namespace pmhash::pm
+
+namespace pmhash::pm {
+
+void Pool::abandon_creation() {
+  if (created_file_) {
+    unlink(path_.c_str());
+    return;
+  }
+  if (pwrite(fd_, kCreatingMagic, sizeof kCreatingMagic, 0) == sizeof kCreatingMagic)
+    fdatasync(fd_);
 }
 
 }  // namespace pmhash::pm

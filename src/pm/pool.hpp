@@ -137,6 +137,10 @@ class Pool {
   void set_clean(bool clean);  // 8-byte store + persist
   // Root word and published word agree: {0, 0} (creation unfinished) or {root, kPublished}.
   Status check_root_state() const;
+  // The scheme refused to create its index here (e.g. too small a pool for its capacity):
+  // leave nothing behind. A file this open created is removed; any other is marked as a
+  // creation that did not finish, so the next open(create) formats it with new arguments.
+  void abandon_creation();
 
   // Test-only fault injection ("mutations") used to prove the crash harness has teeth.
   uint64_t mutations = 0;
@@ -157,6 +161,7 @@ class Pool {
   Persister persister_;
   bool was_clean_ = false;
   bool read_only_ = false;
+  bool created_file_ = false;  // this open created the file
 };
 
 // Where a pool of `pool_size` bytes puts its metadata and heap (pure; validates the sizes).

@@ -69,7 +69,7 @@ std::string uuid_text(const uint8_t* u) {
 // What the header says, read with pread (no mapping): printed even when the index cannot be
 // opened. False when there is no header to speak of.
 bool print_header(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no waiting
   if (fd < 0) return false;
   pm::PoolHeader h{};
   struct stat st {};
