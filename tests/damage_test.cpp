@@ -595,16 +595,15 @@ TEST(DamageFuzz, DamagedPoolsNeverCrashHangOrChangeWhenRefused) {
 namespace pmhash::testing {
 namespace {
 
-// Issue 16 review: the word at ((key 5's offset & ~(align-1)) + rel) := value, as
-// /tmp/rev16/smash.py did; then check(), stats() and for_each() in a child with a time
+// Issue 16 review: the word at ((key 5's offset & ~(align-1)) + rel) := value (a bucket's
+// chain pointer); then check(), stats() and for_each() in a child with a time
 // limit must neither crash nor hang, and a refused open must leave the file identical.
 void smash_and_use(const SchemeFormat& sf, uint64_t align, uint64_t rel, uint64_t value) {
   TempPool p;
   std::vector<char> bytes = make_pool(p.path, sf, 100);
   ASSERT_FALSE(bytes.empty());
-  uint64_t key = 0x4B45590000000000 + 5;
-  auto at = std::search(bytes.begin() + 4096, bytes.end(), reinterpret_cast<const char*>(&key),
-                        reinterpret_cast<const char*>(&key) + 8);
+  std::string key = key_of(5, sf.format);  // stored inline in its bucket (fixed format)
+  auto at = std::search(bytes.begin() + 4096, bytes.end(), key.begin(), key.end());
   ASSERT_NE(at, bytes.end());
   uint64_t off = (uint64_t(at - bytes.begin()) & ~(align - 1)) + rel;
   set_word(&bytes, off, value);
@@ -628,6 +627,49 @@ void smash_and_use(const SchemeFormat& sf, uint64_t align, uint64_t rel, uint64_
   ASSERT_TRUE(WIFEXITED(st)) << "the child died of signal " << WTERMSIG(st);
   EXPECT_NE(WEXITSTATUS(st), 11) << "a refused open changed the file";
   EXPECT_NE(WEXITSTATUS(st), 12) << "check() found nothing wrong";
+}
+
+// PMEH: a bucket's lock bit (bit 31 of its first word) left set in a cleanly closed pool
+// (damage: a lock is never held across opens). get(), remove() and insert() of the keys of
+// that bucket must finish (a child with a time limit), not retry or spin forever.
+TEST(Damage, PmehStaleLockBitInACleanPoolDoesNotHang) {
+  SchemeFormat sf{"pmeh", Format::kFixed};
+  TempPool p;
+  {  // the default options (one zone per thread, opportunistic writes)
+    Options o = small_options("pmeh", Format::kFixed);
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    for (int i = 0; i < 100; ++i) {
+      std::string k = key_of(i, sf.format);
+      ASSERT_TRUE(idx->insert(k, make_value(k, 1, true)).ok());
+    }
+  }
+  std::vector<char> bytes = read_file(p.path);
+  ASSERT_FALSE(bytes.empty());
+  std::string key = key_of(5, sf.format);
+  auto at = std::search(bytes.begin() + 4096, bytes.end(), key.begin(), key.end());
+  ASSERT_NE(at, bytes.end());
+  uint64_t bucket = uint64_t(at - bytes.begin()) & ~uint64_t{255};
+  set_word(&bytes, bucket, word_at(bytes, bucket) | (uint64_t{1} << 31));
+  write_bytes(p.path, bytes);
+  pid_t c = fork();
+  if (c == 0) {
+    alarm(20);
+    std::unique_ptr<Index> idx;
+    Options o = small_options("pmeh", Format::kFixed);
+    o.create = false;
+    if (!Index::open(p.path, o, &idx).ok()) _exit(10);
+    std::string v;
+    bool fixed = sf.format == Format::kFixed;
+    (void)idx->get(key, &v);
+    (void)idx->remove(key);
+    (void)idx->insert(key, make_value(key, 2, fixed));
+    _exit(idx->get(key, &v).ok() ? 0 : 12);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(c, &st, 0), c);
+  ASSERT_TRUE(WIFEXITED(st)) << "the child died of signal " << WTERMSIG(st) << " (SIGALRM: a hang)";
+  EXPECT_NE(WEXITSTATUS(st), 12) << "the key is not readable after remove and insert";
 }
 
 TEST(Damage, SmartHTBadChainPointerIsReportedNotFollowed) {
