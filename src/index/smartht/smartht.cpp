@@ -643,8 +643,9 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
     }
 }
 
-// Each chain is copied under an epoch guard (a delete may free a chained bucket beside it);
-// fn runs outside the guard, so it may call into the index.
+// Each chain is copied under an epoch guard, then fn runs outside it, so it may call into
+// the index (get() from a callback). for_each allows no concurrent writers (index.hpp):
+// the guard does not make it safe beside deletes, whose items the callback may then read.
 void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t hb = 0; hb < root_->nheads; ++hb) {

@@ -555,9 +555,9 @@ void Wophi::for_each_reachable(const std::function<void(uint64_t off)>& fn) cons
     }
 }
 
-// Each chain is copied under its stripe's shared lock (a delete may unlink a chain bucket
-// and another chain reuse it at once); fn runs outside the lock, so it may call into the
-// index.
+// Each chain is copied under its stripe's shared lock, then fn runs outside it, so it may
+// call into the index (get() from a callback). for_each allows no concurrent writers
+// (index.hpp): the callback may read items a concurrent delete frees.
 void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t i = 0; i < root_->nbuckets; ++i) {
