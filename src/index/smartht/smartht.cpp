@@ -143,8 +143,9 @@ SmartHT::Hashed SmartHT::hashed(std::string_view key) const {
           static_cast<uint64_t>((static_cast<unsigned __int128>(h) * root_->nheads) >> 64)};
 }
 
-bool SmartHT::find(const Hashed& k, std::string_view key, Bucket** out, int* slot,
+bool SmartHT::find(const Hashed& k, std::string_view key, Bucket** out, int* slot, bool* damaged,
                    Bucket** prev) const {
+  uint64_t steps = 0;
   for (Bucket *b = head(k.head), *p = nullptr;;) {
     for (int i = 0; i < kSlots; ++i) {
       if (b->live(i) && items_.matches(b->slots[i].key, b->slots[i].value, key, k.kw)) {
@@ -156,8 +157,17 @@ bool SmartHT::find(const Hashed& k, std::string_view key, Bucket** out, int* slo
     }
     if (b->next == 0) return false;
     p = b;
-    b = bucket_at(b->next);
+    b = const_cast<Bucket*>(next_checked(b, steps++));
+    if (b == nullptr) {
+      *damaged = true;
+      return false;
+    }
   }
+}
+
+Status SmartHT::damaged_chain(uint64_t head_bucket) const {
+  return {Code::kCorrupted, "smartht: the chain of head bucket " + std::to_string(head_bucket) +
+                                " links a block that is not a bucket (damaged pool)"};
 }
 
 // Algorithm 2: the VFL answers negatives from DRAM; positives search the chain under the
@@ -182,7 +192,9 @@ Status SmartHT::get(std::string_view key, std::string* value) {
   std::shared_lock<std::shared_mutex> lock(stripe_of(k.head).lock);
   Bucket* b;
   int i;
-  if (!find(k, key, &b, &i)) {
+  bool damaged = false;
+  if (!find(k, key, &b, &i, &damaged)) {
+    if (damaged) return damaged_chain(k.head);
     if (screened) bump(ts.filter_false_positives);
     return {Code::kNotFound, "key not found"};
   }
@@ -194,10 +206,15 @@ Status SmartHT::get(std::string_view key, std::string* value) {
 // Algorithm 1 line 7: a free slot in the head bucket or the first chained bucket. Beyond the
 // paper: when both are full, the rest of the chain too, before a new bucket is allocated
 // (slots that deletes freed deeper in the chain come back; docs/schemes/smartht.md).
-Bucket* SmartHT::free_slot_bucket(Bucket* h) const {
-  for (Bucket* b = h;; b = bucket_at(b->next)) {
+Bucket* SmartHT::free_slot_bucket(Bucket* h, bool* damaged) const {
+  uint64_t steps = 0;
+  for (Bucket* b = h;; b = const_cast<Bucket*>(next_checked(b, steps++))) {
     if (b->free_slot() >= 0) return b;
     if (b->next == 0) return nullptr;
+    if (next_checked(b, steps) == nullptr) {
+      *damaged = true;
+      return nullptr;
+    }
   }
 }
 
@@ -218,7 +235,12 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       BloomFilter* f = filter_.load(std::memory_order_acquire);
       may_exist = f == nullptr || f->may_contain(k.h);
     }
-    if (may_exist && find(k, key, &b, &i)) {
+    bool damaged = false;
+    bool found = may_exist && find(k, key, &b, &i, &damaged);
+    Bucket* h = head(k.head);
+    Bucket* target = found || damaged ? nullptr : free_slot_bucket(h, &damaged);
+    if (damaged) return damaged_chain(k.head);
+    if (found) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
       // Update: one 8-byte store of the value word (fixed), or a new item swapped in with
       // the old one freed, in one commit (variable).
@@ -232,8 +254,6 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
     common::Items::New item;
     Status s = items_.make(key, value, k.kw, &item);
     if (!s.ok()) return s;
-    Bucket* h = head(k.head);
-    Bucket* target = free_slot_bucket(h);
     if (target != nullptr) {
       // Merged flush: value and key, then the token, in one line; one flush.
       int slot = target->free_slot();
@@ -295,7 +315,9 @@ Status SmartHT::remove(std::string_view key) {
   Bucket* b;
   int i;
   Bucket* prev = nullptr;
-  if (!find(k, key, &b, &i, &prev)) return {Code::kNotFound, "key not found"};
+  bool damaged = false;
+  if (!find(k, key, &b, &i, &damaged, &prev))
+    return damaged ? damaged_chain(k.head) : Status{Code::kNotFound, "key not found"};
   uint64_t tokens = Bucket::with_token(b->tokens, i, false);
   if (prev != nullptr && tokens == 0) {
     reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);

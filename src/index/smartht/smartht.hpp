@@ -91,9 +91,13 @@ class SmartHT final : public Scheme {
   Stripe& stripe_of(uint64_t head) const { return stripes_[head / root_->stripe]; }
   // Chain search under the stripe lock: the bucket and slot holding the key, if any.
   // `prev` (optional): the bucket before *b, null when *b is the head bucket.
-  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot,
+  // A link that is not a bucket sets *damaged (kCorrupted: damaged_chain) instead of being
+  // followed: get/put/remove trust no chain link, as a clean open does not walk the chains.
+  bool find(const Hashed& k, std::string_view key, Bucket** b, int* slot, bool* damaged,
             Bucket** prev = nullptr) const;
-  Bucket* free_slot_bucket(Bucket* h) const;  // under the stripe lock; null: chain full
+  Status damaged_chain(uint64_t head_bucket) const;
+  // Under the stripe lock; null: the chain is full (or *damaged).
+  Bucket* free_slot_bucket(Bucket* h, bool* damaged) const;
   // Unlinks the emptied chained bucket b (after prev) and frees it, with `item` if non-zero.
   void reclaim(Bucket* prev, Bucket* b, uint64_t item);
   // DRAM filters alive (current, being built, retired and not yet freed). Shared with the
