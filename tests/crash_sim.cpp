@@ -17,10 +17,14 @@
 
 namespace pmhash::testing {
 
+// A file already at the path was left by a killed earlier process with the same pid (a
+// test that finds it would open someone else's pool): removed.
 std::string temp_pool_path(const std::string& tag) {
   static std::atomic<int> n{0};
-  return "/dev/shm/pmhash-test-" + std::to_string(getpid()) + "-" + tag + "-" +
-         std::to_string(n.fetch_add(1)) + ".pool";
+  std::string path = "/dev/shm/pmhash-test-" + std::to_string(getpid()) + "-" + tag + "-" +
+                     std::to_string(n.fetch_add(1)) + ".pool";
+  unlink(path.c_str());
+  return path;
 }
 
 // ---- CrashSim ----
