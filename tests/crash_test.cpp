@@ -189,7 +189,10 @@ TEST_P(CrashTest, ConcurrentWorkloadStopTheWorld) {
   EXPECT_EQ(r.failures, 0u);
   EXPECT_GT(r.states, light() || !GetParam().small() ? 10u : 50u);
   EXPECT_GT(r.reads, 0u);
-  EXPECT_GT(r.read_constraints, 0u);
+  // Whether a completed read precedes a crash point depends on scheduling: with the default
+  // tables the sampled crash points are few (39 in one ASan run of wophi, none after a read),
+  // so only the small tables' many crash points are required to check some reads.
+  if (GetParam().small()) EXPECT_GT(r.read_constraints, 0u);
 }
 #endif
 
