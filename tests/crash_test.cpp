@@ -192,7 +192,9 @@ TEST_P(CrashTest, ConcurrentWorkloadStopTheWorld) {
   // Whether a completed read precedes a crash point depends on scheduling: with the default
   // tables the sampled crash points are few (39 in one ASan run of wophi, none after a read),
   // so only the small tables' many crash points are required to check some reads.
-  if (GetParam().small()) EXPECT_GT(r.read_constraints, 0u);
+  if (GetParam().small()) {
+    EXPECT_GT(r.read_constraints, 0u);
+  }
 }
 #endif
 
