@@ -81,6 +81,15 @@ Status check_runtime(const common::Params& params) {
   return Parse(params, &c);
 }
 
+// The same parser in a scheme's constructor: this open's run-time configuration
+// (SchemeFactory::runtime refused bad values before the pool was touched).
+template <class Config, Status (*Parse)(const common::Params&, Config*)>
+Config runtime_config(const SchemeContext& ctx) {
+  Config c;
+  (void)Parse(ctx.runtime, &c);
+  return c;
+}
+
 // Pool creation (docs/pool-format.md): a new scheme's objects are allocated without a log —
 // nothing reaches them until the root is published, and a creation that did not finish is
 // formatted away at the next open — then the root is published by one 8-byte store.

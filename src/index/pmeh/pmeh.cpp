@@ -72,8 +72,7 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
       seg_bytes_(root_->segment_bytes),
       gen_(root_->open_gen),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
-  Runtime rt;
-  (void)parse_runtime(ctx.runtime, &rt);  // SchemeFactory::runtime refused bad values before
+  Runtime rt = runtime_config<Runtime, &parse_runtime>(ctx);
   zone_threads_ = static_cast<unsigned>(rt.zone_threads);
   opportunistic_ = rt.opportunistic;
   zones_.reset(new Zone[uint64_t{1} << zone_bits_]);

@@ -23,15 +23,6 @@ uint64_t pow2_at_least(uint64_t x) {
 }
 }  // namespace
 
-namespace {
-// This open's run-time parameters (SchemeFactory::runtime refused bad ones before).
-SmartHT::Runtime runtime_of(const SchemeContext& ctx) {
-  SmartHT::Runtime r;
-  (void)SmartHT::parse_runtime(ctx.runtime, &r);
-  return r;
-}
-}  // namespace
-
 Status SmartHT::parse_runtime(const common::Params& params, Runtime* out) {
   return params.get_bool("smartht", "filter", true, &out->filter);
 }
@@ -46,7 +37,7 @@ SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
       root_(ctx.pool.ptr<Root>(root_off)),
       nstripes_((root_->nheads + root_->stripe - 1) / root_->stripe),
       stripes_(new Stripe[nstripes_]),
-      use_filter_(runtime_of(ctx).filter),
+      use_filter_(runtime_config<Runtime, &parse_runtime>(ctx).filter),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
   uint64_t cap = 0;
   ctx.layout.get_u64("filter_keys", 1u << 20, &cap);

@@ -15,15 +15,6 @@ using common::load_word;
 using common::Slot;
 using common::store_word;
 
-namespace {
-// This open's run-time parameters (SchemeFactory::runtime refused bad ones before).
-TurboHash::Runtime runtime_of(const SchemeContext& ctx) {
-  TurboHash::Runtime r;
-  (void)TurboHash::parse_runtime(ctx.runtime, &r);
-  return r;
-}
-}  // namespace
-
 TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -35,10 +26,11 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
       dir_(ctx.pool.ptr<Descriptor>(root_->directory)),
       nshards_(root_->nshards),
       scope_(root_->scope),
-      match_(runtime_of(ctx).simd ? common::best_tag_match() : common::tag_match_scalar),
+      match_(runtime_config<Runtime, &parse_runtime>(ctx).simd ? common::best_tag_match()
+                                                               : common::tag_match_scalar),
       shards_(new ShardMirror[root_->nshards]),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
-      test_pause_us_(runtime_of(ctx).test_pause_us) {
+      test_pause_us_(runtime_config<Runtime, &parse_runtime>(ctx).test_pause_us) {
   // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
   for (uint64_t s = 0; s < nshards_; ++s) {
     const Descriptor& d = dir_[s];

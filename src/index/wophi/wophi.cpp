@@ -15,15 +15,6 @@ uint64_t pow2_at_least(uint64_t x) {
 }
 }  // namespace
 
-namespace {
-// This open's run-time parameters (SchemeFactory::runtime refused bad ones before).
-Wophi::Runtime runtime_of(const SchemeContext& ctx) {
-  Wophi::Runtime r;
-  (void)Wophi::parse_runtime(ctx.runtime, &r);
-  return r;
-}
-}  // namespace
-
 Status Wophi::parse_runtime(const common::Params& params, Runtime* out) {
   std::string grow;
   Status s = params.get_bool("wophi", "pab", true, &out->pab);
@@ -40,8 +31,8 @@ Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
       root_(ctx.pool.ptr<Root>(root_off)),
       nstripes_((root_->nbuckets + root_->stripe - 1) / root_->stripe),
       stripes_(new Stripe[nstripes_]),
-      use_pab_(runtime_of(ctx).pab),
-      grow_in_background_(runtime_of(ctx).grow_in_background) {
+      use_pab_(runtime_config<Runtime, &parse_runtime>(ctx).pab),
+      grow_in_background_(runtime_config<Runtime, &parse_runtime>(ctx).grow_in_background) {
   pab_cap_ = pab_capacity(root_->nareas);
   nareas_ = root_->nareas;
   // Buckets past the capacity do not exist (an older version could persist such a count).
