@@ -55,7 +55,8 @@ def main():
     with open(a.json) as f:
         data = json.load(f)
     rows = data["rows"]
-    phases = [r for r in rows if "mops" in r and not r["workload"].startswith("lfsweep")]
+    phases = [r for r in rows if "mops" in r and not r["workload"].startswith("lfsweep") and
+              r["workload"] != "limit"]
     sweep = [r for r in rows if r["workload"] == "lfsweep-negread"]
     sweep_pos = [r for r in rows if r["workload"] == "lfsweep-read"]
     recov = [r for r in rows if "recovery_ms" in r]

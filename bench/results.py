@@ -53,15 +53,22 @@ def compare_tables(rows, repeats, command):
             cells = []
             for w in WORKLOADS:
                 r = [x for x in sel if x["scheme"] == s and x["workload"] == w and
-                     x.get("variant") in ("pm", "dram")]
+                     x.get("variant") in ("pm", "dram", "cuckoo")]
                 cells.append(spread(r[0]) if r else "-")
             out.append("| %s | %s |" % (s, " | ".join(cells)))
         out.append("")
-        out.append("| scheme | ×off load / read / update | ×DRAM read | flushes/op load / update / "
-                   "delete | load factor | PM B/key | DRAM B/key | recovery after a crash (ms) |")
-        out.append("|---|---|---|---|---|---|---|---|")
+        limit = [x for x in sel if x["workload"] == "limit"]
+        if limit:
+            out.append("Limit: %s ns per dependent miss on the pool's memory (page %d KiB); "
+                       "misses = ns per operation / that." %
+                       (spread(limit[0], "ns_per_miss"), limit[0].get("page_bytes", 4096) // 1024))
+            out.append("")
+        out.append("| scheme | ×off load / read / update | ×DRAM read | ×cuckoo read | misses read / "
+                   "negread | flushes/op load / update / delete | load factor | PM B/key | "
+                   "DRAM B/key | recovery after a crash (ms) |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
         for s in schemes:
-            if s == "dram":
+            if s in ("dram", "cuckoo"):
                 continue
 
             def pick(w, key, variant="pm"):
@@ -73,9 +80,12 @@ def compare_tables(rows, repeats, command):
                 return "-" if v is None else "%.2f" % v
 
             rec = [x for x in sel if x["scheme"] == s and x["workload"] == "recover-crash"]
-            out.append("| %s | %s / %s / %s | %s | %s / %s / %s | %s | %.1f | %.1f | %s |" % (
+            out.append("| %s | %s / %s / %s | %s | %s | %s / %s | %s / %s / %s | %s | %.1f | %.1f "
+                       "| %s |" % (
                 s, f2(pick("load", "vs_off")), f2(pick("read", "vs_off")),
                 f2(pick("update", "vs_off")), f2(pick("read", "vs_dram")),
+                f2(pick("read", "vs_cuckoo")), f2(pick("read", "miss_equiv")),
+                f2(pick("negread", "miss_equiv")),
                 f2(pick("load", "flushes_per_op")), f2(pick("update", "flushes_per_op")),
                 f2(pick("delete", "flushes_per_op")), f2(pick("load", "load_factor")),
                 pick("load", "pm_bytes_per_key") or 0, pick("load", "dram_bytes_per_key") or 0,
@@ -91,7 +101,7 @@ def compare_figure(rows, path):
     fig, axes = plt.subplots(len(panels), 1, figsize=(13, 3.6 * len(panels)), squeeze=False)
     for ax, (fmt, dist, t) in zip(axes[:, 0], panels):
         sel = [r for r in rows if (r["format"], r["dist"], r["threads"]) == (fmt, dist, t) and
-               r.get("variant") in ("pm", "dram") and r["workload"] in WORKLOADS]
+               r.get("variant") in ("pm", "dram", "cuckoo") and r["workload"] in WORKLOADS]
         schemes = list(OrderedDict.fromkeys(r["scheme"] for r in sel))
         width = 0.8 / max(1, len(schemes))
         for i, s in enumerate(schemes):

@@ -2,7 +2,7 @@
 # Installs the Debian packages pmhash needs, if missing. As root it runs apt-get; otherwise
 # it names the packages to install and fails.
 set -euo pipefail
-pkgs=(cmake g++ make pkg-config libpmem2-dev libxxhash-dev liburcu-dev ccache libgtest-dev libabsl-dev
+pkgs=(cmake g++ make pkg-config libpmem2-dev libxxhash-dev liburcu-dev ccache libgtest-dev libabsl-dev libcuckoo-dev
       python3 python3-matplotlib clang-format python3-dev pybind11-dev python3-pytest
       python3-venv)
 missing=()

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 
+#include "limit.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 #include "test_util.hpp"
@@ -122,6 +123,71 @@ TEST(Bench, PersistenceOffFlushesNothingAndDramReferenceWorks) {
     if (r.values.count("vs_off") && r.values.count("vs_dram")) ++ratios;
   }
   EXPECT_GE(ratios, 4);
+}
+
+TEST(Bench, LibcuckooReferenceServesBothFormats) {
+  for (Format f : {Format::kFixed, Format::kVariable}) {
+    bench::RunConfig c;
+    c.variant = "cuckoo";
+    c.format = f;
+    if (f == Format::kVariable) c.key_size = c.value_size = 16;
+    c.threads = 3;  // more threads than cores
+    c.keys = 3000;
+    c.ops = 2000;
+    c.progress = false;
+    c.workloads = {"read", "negread", "update", "delete"};
+    std::vector<bench::Row> rows;
+    std::string err;
+    ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+    EXPECT_TRUE(bench::count_violations(rows).empty());
+    auto m = by_workload(rows);
+    ASSERT_EQ(m.size(), 5u);
+    EXPECT_EQ(m["read"].tags["scheme"], "cuckoo");
+    EXPECT_EQ(m["read"].values["succeeded"], 2000);
+    EXPECT_EQ(m["negread"].values["succeeded"], 0);
+    EXPECT_EQ(m["update"].values["succeeded"], 2000);
+  }
+}
+
+TEST(Bench, LimitRowAndMissEquivalents) {
+  bench::RunConfig c;
+  c.threads = 2;
+  c.keys = 2000;
+  c.ops = 1000;
+  c.pool_size = 16u << 20;
+  c.progress = false;
+  c.limit = true;
+  c.workloads = {"read", "negread"};
+  std::vector<bench::Row> rows;
+  std::string err;
+  ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+  auto m = by_workload(rows);
+  ASSERT_TRUE(m.count("limit"));
+  double ns = m["limit"].values["ns_per_miss"];
+  EXPECT_GT(ns, 0);
+  EXPECT_EQ(m["limit"].values["limit_bytes"], 16u << 20);
+  EXPECT_GE(m["limit"].values["page_bytes"], 4096);
+  EXPECT_GE(m["read"].values["page_bytes"], 4096);  // the pool mapping's page size
+  for (const char* w : {"read", "negread"}) {
+    auto& r = m[w].values;
+    ASSERT_TRUE(r.count("miss_equiv")) << w;
+    EXPECT_DOUBLE_EQ(r["miss_equiv"], 2 * r["seconds"] * 1e9 / r["ops"] / ns) << w;
+  }
+}
+
+TEST(Bench, PointerChaseIsOneCycleThroughEveryLine) {
+  for (uint64_t lines : {2ull, 3ull, 1000ull}) {
+    std::vector<uint64_t> buf(lines * 8);
+    bench::link_cycle(buf.data(), lines, 7);
+    std::set<uint64_t> seen;
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < lines; ++i) {
+      seen.insert(at);
+      at = buf[at * 8];
+    }
+    EXPECT_EQ(at, 0u) << lines;  // back at the start after exactly `lines` steps
+    EXPECT_EQ(seen.size(), lines);
+  }
 }
 
 TEST(Bench, MediansAndDistributions) {

@@ -27,7 +27,10 @@ std::vector<std::string> split(const std::string& s, char sep) {
 const char* kUsage = R"(usage: pmhash-bench [options]
   --suite NAME          quick | compare | smartht | turbohash | wophi | hdnh | pmeh
   --schemes a,b         schemes to run (default: all registered)
-  --variants pm,off,dram  pm: persistent; off: persistence off; dram: DRAM reference table
+  --variants pm,off,dram,cuckoo  pm: persistent; off: persistence off; dram: abseil map behind
+                        striped locks; cuckoo: libcuckoo (fixed 8-byte keys in fixed format)
+  --limit               first measure ns per dependent miss over a pool-sized buffer in the
+                        pool dir ("limit" row); rows get misses = ns per op / ns per miss
   --format fixed|variable   --key-size N --value-size N (variable format)
   --threads 1,2         thread counts       --keys N (loaded)     --ops N (per workload)
   --workloads w,...     insert read negread update delete mixed ycsb-a ycsb-b ycsb-c
@@ -63,13 +66,16 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.workloads = {"read", "negread", "update", "delete"};
         v.push_back(c);
       }
-    RunConfig d = base;
-    d.variant = "dram";
-    d.threads = 2;
-    d.keys = n(10'000'000);
-    d.ops = n(5'000'000);
-    d.workloads = {"read", "negread", "update", "delete"};
-    v.push_back(d);
+    for (std::string var : {"dram", "cuckoo"}) {
+      RunConfig d = base;
+      d.variant = var;
+      d.threads = 2;
+      d.keys = n(10'000'000);
+      d.ops = n(5'000'000);
+      d.workloads = {"read", "negread", "update", "delete"};
+      v.push_back(d);
+    }
+    for (auto& c : v) c.limit = true;
   } else if (name == "compare") {
     // docs/RESULTS.md's cross-scheme table: every scheme, fixed 8/8 and variable 16/16,
     // 1 and 2 threads, uniform and zipfian 0.99; every workload; persistence on and off,
@@ -81,6 +87,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
           for (auto& s : schemes_list)
             for (std::string var : {"pm", "off"}) runs.push_back({s, var});
           runs.push_back({"", "dram"});
+          runs.push_back({"", "cuckoo"});
           for (auto& [s, var] : runs) {
             RunConfig c = base;
             if (!s.empty()) c.scheme = s;
@@ -96,6 +103,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
             c.workloads = {"read",   "negread", "update", "ycsb-a", "ycsb-b",
                            "ycsb-c", "ycsb-f",  "ycsb-d", "delete"};
             c.recovery = var == "pm";
+            c.limit = true;
             v.push_back(c);
           }
         }
@@ -497,6 +505,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       base.seed = std::stoull(next());
     else if (a == "--no-recovery")
       base.recovery = false;
+    else if (a == "--limit")
+      base.limit = true;
     else if (a == "--no-pin")
       base.pin = false;
     else if (a == "--json")
@@ -508,6 +518,12 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       return 2;
     }
   }
+  for (auto& var : variants)
+    if (var != "pm" && var != "off" && var != "dram" && var != "cuckoo") {
+      std::fprintf(stderr, "pmhash-bench: unknown variant '%s' (pm, off, dram, cuckoo)\n",
+                   var.c_str());
+      return 2;
+    }
   const std::vector<std::string> known = schemes();
   for (auto& s : scheme_list)
     if (std::find(known.begin(), known.end(), s) == known.end()) {
@@ -533,7 +549,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     for (auto& s : scheme_list)
       for (auto& var : variants)
         for (auto& t : thread_list) {
-          if (var == "dram" && s != scheme_list.front()) continue;
+          if ((var == "dram" || var == "cuckoo") && s != scheme_list.front()) continue;
           RunConfig c = base;
           c.scheme = s;
           c.variant = var;

@@ -65,19 +65,23 @@ std::string same_run_key(const Row& r, bool with_scheme) {
 }  // namespace
 
 void add_ratios(std::vector<Row>* rows) {
-  std::map<std::string, double> off, dram;
+  std::map<std::string, double> off, dram, cuckoo;
   for (auto& r : *rows) {
-    if (!r.values.count("mops")) continue;
+    if (!r.values.count("mops") || tag(r, "workload") == "limit") continue;
     if (tag(r, "variant") == "off" && tag(r, "label").empty())
       off[same_run_key(r, true)] = val(r, "mops");
     if (tag(r, "variant") == "dram") dram[same_run_key(r, false)] = val(r, "mops");
+    if (tag(r, "variant") == "cuckoo") cuckoo[same_run_key(r, false)] = val(r, "mops");
   }
   for (auto& r : *rows) {
-    if (tag(r, "variant") != "pm" || !r.values.count("mops")) continue;
+    if (tag(r, "variant") != "pm" || !r.values.count("mops") || tag(r, "workload") == "limit")
+      continue;
     auto a = off.find(same_run_key(r, true));
     if (a != off.end() && a->second > 0) r.values["vs_off"] = val(r, "mops") / a->second;
     auto b = dram.find(same_run_key(r, false));
     if (b != dram.end() && b->second > 0) r.values["vs_dram"] = val(r, "mops") / b->second;
+    auto c = cuckoo.find(same_run_key(r, false));
+    if (c != cuckoo.end() && c->second > 0) r.values["vs_cuckoo"] = val(r, "mops") / c->second;
   }
 }
 
@@ -99,16 +103,18 @@ std::vector<std::string> count_violations(const std::vector<Row>& rows) {
 }
 
 void print_table(const std::vector<Row>& rows, FILE* out) {
-  std::fprintf(out,
-               "%-10s %-5s %-12s %-8s %2s %-14s %13s %8s %8s %9s %6s %6s %5s %5s %7s %7s %6s %6s\n",
-               "scheme", "var", "label", "format", "T", "workload", "Mops/s", "p50ns", "p99ns",
-               "p99.99ns", "fl/op", "fe/op", "LF", "LFpap", "PMB/key", "DRB/key", "xoff", "xdram");
+  std::fprintf(
+      out,
+      "%-10s %-6s %-12s %-8s %2s %-14s %13s %6s %8s %8s %9s %6s %6s %5s %5s %7s %7s %6s %6s "
+      "%6s\n",
+      "scheme", "var", "label", "format", "T", "workload", "Mops/s", "misses", "p50ns", "p99ns",
+      "p99.99ns", "fl/op", "fe/op", "LF", "LFpap", "PMB/key", "DRB/key", "xoff", "xdram", "xcuck");
   for (auto& r : rows) {
     std::string w = tag(r, "workload");
     if (w.rfind("lfsweep", 0) == 0 && w != "lfsweep-negread") continue;  // see the JSON
     if (r.values.count("recovery_ms")) {
       std::fprintf(out,
-                   "%-10s %-5s %-12s %-8s %2.0f %-14s open %.2f ms, ready %.2f ms, at %.0f keys\n",
+                   "%-10s %-6s %-12s %-8s %2.0f %-14s open %.2f ms, ready %.2f ms, at %.0f keys\n",
                    tag(r, "scheme").c_str(), tag(r, "variant").c_str(), tag(r, "label").c_str(),
                    tag(r, "format").c_str(), val(r, "threads"), w.c_str(), val(r, "recovery_ms"),
                    val(r, "ready_ms"), val(r, "size"));
@@ -134,14 +140,17 @@ void print_table(const std::vector<Row>& rows, FILE* out) {
     std::string p9999 = num("p9999_ns", "%.0f");
     if (p9999 == "-" && val(r, "latency_samples") >= 0) p9999 = "n/a";  // < 1e6 samples
     std::fprintf(
-        out, "%-10s %-5s %-12s %-8s %2.0f %-14s %13s %8s %8s %9s %6s %6s %5s %5s %7s %7s %6s %6s\n",
+        out,
+        "%-10s %-6s %-12s %-8s %2.0f %-14s %13s %6s %8s %8s %9s %6s %6s %5s %5s %7s %7s %6s %6s "
+        "%6s\n",
         tag(r, "scheme").c_str(), tag(r, "variant").c_str(), tag(r, "label").c_str(),
         tag(r, "format").c_str(), val(r, "threads"), w.c_str(), spread("mops", "%.3f").c_str(),
-        num("p50_ns", "%.0f").c_str(), num("p99_ns", "%.0f").c_str(), p9999.c_str(),
-        num("flushes_per_op", "%.2f").c_str(), num("fences_per_op", "%.2f").c_str(),
-        num("load_factor", "%.2f").c_str(), num("load_factor_paper", "%.2f").c_str(),
-        num("pm_bytes_per_key", "%.1f").c_str(), num("dram_bytes_per_key", "%.1f").c_str(),
-        num("vs_off", "%.2f").c_str(), num("vs_dram", "%.2f").c_str());
+        num("miss_equiv", "%.2f").c_str(), num("p50_ns", "%.0f").c_str(),
+        num("p99_ns", "%.0f").c_str(), p9999.c_str(), num("flushes_per_op", "%.2f").c_str(),
+        num("fences_per_op", "%.2f").c_str(), num("load_factor", "%.2f").c_str(),
+        num("load_factor_paper", "%.2f").c_str(), num("pm_bytes_per_key", "%.1f").c_str(),
+        num("dram_bytes_per_key", "%.1f").c_str(), num("vs_off", "%.2f").c_str(),
+        num("vs_dram", "%.2f").c_str(), num("vs_cuckoo", "%.2f").c_str());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -15,9 +16,13 @@
 #include <unordered_map>
 
 #include "index_impl.hpp"
+#include "limit.hpp"
 
 #ifdef PMHASH_HAVE_ABSL
 #include <absl/container/flat_hash_map.h>
+#endif
+#ifdef PMHASH_HAVE_LIBCUCKOO
+#include <libcuckoo/cuckoohash_map.hh>
 #endif
 
 namespace pmhash::bench {
@@ -97,6 +102,45 @@ class DramTarget : public Target {
   Stripe stripes_[1024];
 };
 
+#ifdef PMHASH_HAVE_LIBCUCKOO
+// A fair DRAM reference: libcuckoo (Debian libcuckoo-dev), a concurrent hash table made for
+// the job. Fixed format: 8-byte keys and values as integers, no heap per key; the variable
+// format keeps strings.
+class CuckooTarget : public Target {
+ public:
+  explicit CuckooTarget(bool fixed) : fixed_(fixed) {}
+  Code insert(const std::string& k, const std::string& v) override {
+    bool ok = fixed_ ? ints_.insert(word(k), word(v)) : strings_.insert(k, v);
+    return ok ? Code::kOk : Code::kAlreadyExists;
+  }
+  Code update(const std::string& k, const std::string& v) override {
+    bool ok = fixed_ ? ints_.update(word(k), word(v)) : strings_.update(k, v);
+    return ok ? Code::kOk : Code::kNotFound;
+  }
+  Code get(const std::string& k, std::string* v) override {
+    if (!fixed_) return strings_.find(k, *v) ? Code::kOk : Code::kNotFound;
+    uint64_t x;
+    if (!ints_.find(word(k), x)) return Code::kNotFound;
+    v->assign(reinterpret_cast<const char*>(&x), sizeof x);
+    return Code::kOk;
+  }
+  Code remove(const std::string& k) override {
+    bool ok = fixed_ ? ints_.erase(word(k)) : strings_.erase(k);
+    return ok ? Code::kOk : Code::kNotFound;
+  }
+
+ private:
+  static uint64_t word(const std::string& s) {
+    uint64_t x = 0;
+    std::memcpy(&x, s.data(), std::min(s.size(), sizeof x));
+    return x;
+  }
+  bool fixed_;
+  libcuckoo::cuckoohash_map<uint64_t, uint64_t> ints_;
+  libcuckoo::cuckoohash_map<std::string, std::string> strings_;
+};
+#endif
+
 // Reports every operation's key to RunConfig::on_op, then passes it on.
 class TraceTarget : public Target {
  public:
@@ -166,6 +210,10 @@ class Runner {
   void churn();
   bool recovery(std::string* error);
 
+  bool reference() const { return c_.variant == "dram" || c_.variant == "cuckoo"; }
+  uint64_t pool_bytes() const;
+  bool measure_limit(std::string* error);
+
   const RunConfig& c_;
   KeySpace ks_;
   std::vector<Row>* rows_;
@@ -177,11 +225,13 @@ class Runner {
   std::map<std::string, double> counters_before_;
   uint64_t version_ = 1;
   const DistSpec* phase_dist_ = nullptr;  // a workload's own distribution (YCSB-D: latest)
+  double ns_per_miss_ = 0;                // the limit row's, when measured
+  uint64_t page_bytes_ = 0;               // the pool mapping's page size
 };
 
 Row Runner::base_row(const std::string& workload) const {
   Row r;
-  r.tags["scheme"] = c_.variant == "dram" ? "dram" : c_.scheme;
+  r.tags["scheme"] = reference() ? c_.variant : c_.scheme;
   r.tags["variant"] = c_.variant;
   r.tags["format"] = format_name(c_.format);
   r.tags["workload"] = workload;
@@ -196,6 +246,7 @@ Row Runner::base_row(const std::string& workload) const {
   r.values["value_size"] = double(ks_.value_size());
   r.values["delay_ns"] = c_.delay_ns;
   if (index_) r.tags["mode"] = mode_name(index_->stats().mode);
+  if (page_bytes_) r.values["page_bytes"] = double(page_bytes_);
   return r;
 }
 
@@ -312,6 +363,9 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
                                      {0.999, "p999_ns", 1e5},
                                      {0.9999, "p9999_ns", kMinSamplesP9999}})
     if (double(lat.size()) >= min_samples) r.values[key] = percentile(lat, p);
+  // Time per operation (each thread's share) in units of one dependent miss.
+  if (ns_per_miss_ > 0 && secs > 0)
+    r.values["miss_equiv"] = (double(T) * secs * 1e9 / n) / ns_per_miss_;
   r.values["expect_all_ok"] = expect_all_ok;
   r.values["expect_none_ok"] = expect_none_ok;
   add_index_state(r);
@@ -538,14 +592,47 @@ bool Runner::recovery(std::string* error) {
   return true;
 }
 
+uint64_t Runner::pool_bytes() const {
+  if (c_.pool_size) return c_.pool_size;
+  uint64_t item = c_.format == Format::kFixed ? 16 : 64 + c_.key_size + c_.value_size;
+  uint64_t keys_total = c_.keys + c_.ops * 2;
+  for (auto& w : c_.workloads)
+    if (w == "churn") keys_total += c_.keys * 10;  // room for a scheme that keeps nothing
+  return std::max<uint64_t>(1ull << 30, keys_total * item * 8);
+}
+
+// The "limit" row: ns per dependent miss over a buffer of the pool's size in the pool's
+// directory, with the run's threads (measured once per process and configuration).
+bool Runner::measure_limit(std::string* error) {
+  MissLatency m;
+  if (!miss_latency(c_.pool_dir, pool_bytes(), c_.threads, &m, error)) return false;
+  ns_per_miss_ = m.ns_per_miss;
+  Row r = base_row("limit");
+  r.values["ns_per_miss"] = m.ns_per_miss;
+  r.values["mops"] = double(c_.threads) * 1e3 / m.ns_per_miss;  // misses per µs, all threads
+  r.values["miss_equiv"] = 1;
+  r.values["limit_bytes"] = double(m.bytes);
+  r.values["page_bytes"] = double(m.page_bytes);
+  rows_->push_back(std::move(r));
+  return true;
+}
+
 bool Runner::go(std::string* error) {
   // Refuse a --dist a workload would not honour, before anything runs.
   std::vector<std::string> ws = c_.workloads;
   if (c_.keys > 0) ws.insert(ws.begin(), "load");
   for (auto& w : ws)
     if (w != "ycsb-d" && !honours(w, c_.dist, error)) return false;
+  if (c_.limit && !measure_limit(error)) return false;
   if (c_.variant == "dram") {
     target_ = std::make_unique<DramTarget>();
+  } else if (c_.variant == "cuckoo") {
+#ifdef PMHASH_HAVE_LIBCUCKOO
+    target_ = std::make_unique<CuckooTarget>(c_.format == Format::kFixed);
+#else
+    *error = "variant cuckoo: built without libcuckoo (apt-get install libcuckoo-dev)";
+    return false;
+#endif
   } else {
     static std::atomic<int> n{0};
     path_ = c_.pool_dir + "/pmhash-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++) +
@@ -557,17 +644,14 @@ bool Runner::go(std::string* error) {
     opts_.pm_write_delay_ns = c_.delay_ns;
     opts_.capacity_hint = c_.capacity_hint;
     opts_.params = c_.params;
-    uint64_t item = c_.format == Format::kFixed ? 16 : 64 + c_.key_size + c_.value_size;
-    uint64_t keys_total = c_.keys + c_.ops * 2;
-    for (auto& w : c_.workloads)
-      if (w == "churn") keys_total += c_.keys * 10;  // room for a scheme that keeps nothing
-    opts_.pool_size =
-        c_.pool_size ? c_.pool_size : std::max<uint64_t>(1ull << 30, keys_total * item * 8);
+    opts_.pool_size = pool_bytes();
     Status s = Index::open(path_, opts_, &index_);
     if (!s.ok()) {
       *error = "cannot open " + path_ + ": " + s.to_string();
       return false;
     }
+    pm::Pool& pool = *index_->impl()->pool;
+    page_bytes_ = mapped_page_bytes(pool.base(), pool.size());
     target_ = std::make_unique<IndexTarget>(index_.get());
   }
   if (c_.on_op) target_ = std::make_unique<TraceTarget>(std::move(target_), c_.on_op);

@@ -16,7 +16,9 @@ namespace pmhash::bench {
 struct RunConfig {
   std::string scheme = "turbohash";
   // "pm": the pool's persistence mode; "off": persistence off (flush/fence do nothing);
-  // "dram": the DRAM reference table (abseil flat_hash_map behind striped locks).
+  // "dram": the DRAM reference table (abseil flat_hash_map behind striped locks);
+  // "cuckoo": libcuckoo's concurrent cuckoo hash map (fine-grained locks; fixed-size 8-byte
+  // keys and values in the fixed format).
   std::string variant = "pm";
   Format format = Format::kFixed;
   size_t key_size = 8, value_size = 8;
@@ -36,6 +38,8 @@ struct RunConfig {
   std::map<std::string, std::string> params;
   std::string label;  // free text naming the experiment (e.g. "scope=8")
   bool recovery = true;
+  // Measure the limit (limit.hpp) first: a "limit" row, and every row gets miss_equiv.
+  bool limit = false;
   bool pin = true;
   bool progress = true;
   uint64_t seed = 1;
