@@ -23,7 +23,11 @@ struct BadParam {
 std::vector<BadParam> bad_params(const std::string& scheme) {
   const char* kBool = "one of on, off, true, false, 1, 0";
   if (scheme == "turbohash") return {{"simd", "maybe", kBool}, {"simd", "", kBool}};
-  if (scheme == "smartht") return {{"filter", "2", kBool}, {"filter", "ON", kBool}};
+  if (scheme == "smartht")
+    return {{"filter", "2", kBool},
+            {"filter", "ON", kBool},
+            {"recovery_threads", "0", "[1, 256]"},
+            {"recovery_threads", "300", "[1, 256]"}};
   if (scheme == "wophi")
     return {{"pab", "yes", kBool},
             {"pab_grow", "sometimes", "one of background, inline"},

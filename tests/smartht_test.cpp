@@ -192,6 +192,29 @@ TEST_P(SmartHTTest, LazyRecoveryAndSavedFilter) {
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
 }
 
+// Table I rebuilds the filter with one thread; `recovery_threads` picks 1 or more (3: more
+// threads than cores). Every key is in the rebuilt filter either way.
+TEST_P(SmartHTTest, FilterRebuildWithOneOrMoreThreadsMissesNoKey) {
+  for (const char* threads : {"1", "3"}) {
+    TempPool p;
+    const int n = 20000;
+    {
+      std::unique_ptr<Index> idx;
+      ASSERT_TRUE(Index::open(p.path, opts({}), &idx).ok());
+      for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+      idx->impl()->closed = true;  // crash
+    }
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, opts({{"recovery_threads", threads}}), &idx).ok());
+    scheme(*idx).wait_for_filter();
+    EXPECT_EQ(counters(*idx)["filter_ready"], 1) << threads;
+    EXPECT_EQ(counters(*idx)["filter_rebuilds"], 1) << threads;
+    std::string v, report;
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->get(key(i), &v).ok()) << threads << " " << i;
+    EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes: no false negatives
+  }
+}
+
 TEST_P(SmartHTTest, FilterOffSearchesPm) {
   TempPool p;
   std::unique_ptr<Index> idx;

@@ -142,18 +142,24 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.recovery = false;
       v.push_back(c);
     }
-    // Table I: reopen after a clean close (saved VFL) and rebuild after a crash.
-    for (uint64_t keys : {1'000'000ull, 10'000'000ull, 50'000'000ull}) {
-      RunConfig c = base;
-      c.scheme = "smartht";
-      c.threads = 2;
-      c.keys = n(keys);
-      c.ops = 0;
-      c.capacity_hint = c.keys;
-      c.workloads = {};
-      c.label = "recovery";
-      v.push_back(c);
-    }
+    // Table I: reopen after a clean close (saved VFL) and rebuild after a crash, with the
+    // paper's single rebuild thread and with every core.
+    for (uint64_t keys : {1'000'000ull, 10'000'000ull, 50'000'000ull})
+      for (std::string rt : {"1", ""}) {
+        RunConfig c = base;
+        c.scheme = "smartht";
+        c.threads = 2;
+        c.keys = n(keys);
+        c.ops = 0;
+        c.capacity_hint = c.keys;
+        c.workloads = {};
+        c.label = "recovery";
+        if (!rt.empty()) {
+          c.params["recovery_threads"] = rt;
+          c.label = "recovery 1 thread";
+        }
+        v.push_back(c);
+      }
   } else if (name == "wophi") {
     // Figs. 3-5: flushes and latency per insertion as the main buckets fill (load factor of
     // the main buckets 0.05 .. 1.0 in 20 steps), random and sequential keys, with the PAB

@@ -24,7 +24,12 @@ uint64_t pow2_at_least(uint64_t x) {
 }  // namespace
 
 Status SmartHT::parse_runtime(const common::Params& params, Runtime* out) {
-  return params.get_bool("smartht", "filter", true, &out->filter);
+  Status s = params.get_bool("smartht", "filter", true, &out->filter);
+  if (s.ok())  // Table I rebuilds with one thread; by default we use every core
+    s = params.get_u64("smartht", "recovery_threads",
+                       std::max(1u, std::thread::hardware_concurrency()), 1, 256,
+                       &out->recovery_threads);
+  return s;
 }
 
 SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
@@ -38,6 +43,7 @@ SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
       nstripes_((root_->nheads + root_->stripe - 1) / root_->stripe),
       stripes_(new Stripe[nstripes_]),
       use_filter_(runtime_config<Runtime, &parse_runtime>(ctx).filter),
+      recovery_threads_(runtime_config<Runtime, &parse_runtime>(ctx).recovery_threads),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
   uint64_t cap = 0;
   ctx.layout.get_u64("filter_keys", 1u << 20, &cap);
@@ -428,12 +434,13 @@ void SmartHT::rebuild_filter() {
   }
 }
 
-// Scans every chain (token == 1) with all hardware threads (the paper rebuilds with one).
+// Scans every chain (token == 1) with `recovery_threads` threads (default: every core; the
+// paper's Table I rebuilds with one).
 // Each stripe is scanned under its shared lock, so an insert either lands before the scan
 // of its stripe or after `building_` was published, and the new filter misses nothing.
 // f == nullptr (filter off): only the stripe counts are recomputed.
 bool SmartHT::build_filter(BloomFilter* f) {
-  unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  auto n = static_cast<unsigned>(recovery_threads_);
   std::vector<std::thread> ts;  // scan helpers, joined below
   for (unsigned t = 0; t < n; ++t) {
     ts.emplace_back([&, t] {

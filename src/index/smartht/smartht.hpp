@@ -40,7 +40,8 @@ class SmartHT final : public Scheme {
   ~SmartHT() override;
   static Status layout(const Options& o, common::Params* layout);
   struct Runtime {
-    bool filter = true;  // `filter`: the DRAM filter (off: every lookup reads PM)
+    bool filter = true;             // `filter`: the DRAM filter (off: every lookup reads PM)
+    uint64_t recovery_threads = 1;  // `recovery_threads`: filter rebuild threads (default: cores)
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
@@ -131,6 +132,7 @@ class SmartHT final : public Scheme {
   uint64_t nstripes_;
   std::unique_ptr<Stripe[]> stripes_;
   bool use_filter_;
+  uint64_t recovery_threads_;  // filter rebuild threads
   uint64_t initial_capacity_;
   // The VFL: lookups use `filter_` (null while a crash recovery rebuilds it: bypassed);
   // inserts also add to `building_` while a rebuild scans, so it misses nothing.
