@@ -175,6 +175,36 @@ TEST(Bench, LimitRowAndMissEquivalents) {
   }
 }
 
+TEST(Bench, LoadFactorSweepTimesDeletesAtEachStep) {
+  bench::RunConfig c;
+  c.scheme = "wophi";
+  c.threads = 2;
+  c.keys = 0;
+  c.ops = 20 * 300;  // 300 keys per step: every key of a step deleted and inserted again
+  c.progress = false;
+  c.recovery = false;
+  c.sweep_deletes = true;
+  c.workloads = {"lfsweep"};
+  std::vector<bench::Row> rows;
+  std::string err;
+  ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+  EXPECT_TRUE(bench::count_violations(rows).empty());
+  int deletes = 0, reinserts = 0;
+  for (auto& r : rows) {
+    if (r.tags["workload"] == "lfsweep-delete") {
+      ++deletes;
+      EXPECT_EQ(r.values["succeeded"], 300);  // each victim existed: deleted exactly once
+    }
+    if (r.tags["workload"] == "lfsweep-reinsert") {
+      ++reinserts;
+      EXPECT_EQ(r.values["succeeded"], 300);
+      EXPECT_EQ(r.values["size"], 300.0 * reinserts);  // the load factor goes on growing
+    }
+  }
+  EXPECT_EQ(deletes, 20);
+  EXPECT_EQ(reinserts, 20);
+}
+
 TEST(Bench, PointerChaseIsOneCycleThroughEveryLine) {
   for (uint64_t lines : {2ull, 3ull, 1000ull}) {
     std::vector<uint64_t> buf(lines * 8);

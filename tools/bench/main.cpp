@@ -29,6 +29,8 @@ const char* kUsage = R"(usage: pmhash-bench [options]
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram,cuckoo  pm: persistent; off: persistence off; dram: abseil map behind
                         striped locks; cuckoo: libcuckoo (fixed 8-byte keys in fixed format)
+  --sweep-deletes       lfsweep also times deletes of up to 1,000 keys per step (then
+                        inserts them again): rows lfsweep-delete, lfsweep-reinsert
   --limit               first measure ns per dependent miss over a pool-sized buffer in the
                         pool dir ("limit" row); rows get misses = ns per op / ns per miss
   --format fixed|variable   --key-size N --value-size N (variable format)
@@ -164,22 +166,28 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
     // Figs. 3-5: flushes and latency per insertion as the main buckets fill (load factor of
     // the main buckets 0.05 .. 1.0 in 20 steps), random and sequential keys, with the PAB
     // and with chain buckets allocated on the write path. 2^16 main buckets x 4 slots.
+    // Each also with the paper's emulated NVM write latency (Quartz, 600 ns): injected per
+    // flushed line. Fig. 5: lfsweep-delete rows (deletion latency at each load factor).
     uint64_t mainb = uint64_t{1} << 16;
-    for (bool seq : {false, true})
-      for (bool pab : {true, false}) {
-        RunConfig c = base;
-        c.scheme = "wophi";
-        c.threads = 1;
-        c.keys = 0;
-        c.ops = mainb * 4;
-        c.sequential_keys = seq;
-        c.params = {{"buckets", std::to_string(mainb)}};
-        if (!pab) c.params["pab"] = "off";
-        c.workloads = {"lfsweep"};
-        c.label = std::string(pab ? "pab" : "alloc-on-write") + (seq ? " seq" : " rand");
-        c.recovery = false;
-        v.push_back(c);
-      }
+    for (uint32_t delay : {0u, 600u})
+      for (bool seq : {false, true})
+        for (bool pab : {true, false}) {
+          RunConfig c = base;
+          c.scheme = "wophi";
+          c.threads = 1;
+          c.keys = 0;
+          c.ops = mainb * 4;
+          c.sequential_keys = seq;
+          c.delay_ns = delay;
+          c.params = {{"buckets", std::to_string(mainb)}};
+          if (!pab) c.params["pab"] = "off";
+          c.workloads = {"lfsweep"};
+          c.sweep_deletes = true;
+          c.label = std::string(pab ? "pab" : "alloc-on-write") + (seq ? " seq" : " rand") +
+                    (delay ? " delay=600" : "");
+          c.recovery = false;
+          v.push_back(c);
+        }
     // Fig. 6: insert and delete latency with injected PM write delays (load factor 0.75).
     for (uint32_t d : {300u, 600u, 900u, 1200u}) {
       RunConfig c = base;
@@ -511,6 +519,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       base.seed = std::stoull(next());
     else if (a == "--no-recovery")
       base.recovery = false;
+    else if (a == "--sweep-deletes")
+      base.sweep_deletes = true;
     else if (a == "--limit")
       base.limit = true;
     else if (a == "--no-pin")

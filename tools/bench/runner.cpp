@@ -207,6 +207,7 @@ class Runner {
   void add_index_state(Row& r);
   bool run_workload(const std::string& w);
   void lfsweep();
+  void sweep_deletes(uint64_t first, uint64_t step);
   void churn();
   bool recovery(std::string* error);
 
@@ -498,6 +499,7 @@ void Runner::lfsweep() {
         },
         true, false);
     uint64_t n = next_id_.load();
+    if (c_.sweep_deletes) sweep_deletes(n - step, step);
     phase(
         "lfsweep-read", 50000,
         [&, n](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&,
@@ -514,6 +516,29 @@ void Runner::lfsweep() {
         },
         false, true);
   }
+}
+
+// WOPHI Fig. 5: deletion latency at this load factor. Deletes d = min(1000, step) keys
+// spread over the last step's ids, then inserts them again (not counted as a step).
+void Runner::sweep_deletes(uint64_t first, uint64_t step) {
+  const uint64_t d = std::min<uint64_t>(1000, step), stride = step / d;
+  const int T = c_.threads;
+  auto victim = [=](int t, uint64_t i) { return first + (i * T + t) * stride; };
+  phase(
+      "lfsweep-delete", d,
+      [&](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
+        ks_.key(victim(t, i), &k);
+        return target_->remove(k) == Code::kOk;
+      },
+      true, false);
+  phase(
+      "lfsweep-reinsert", d,
+      [&](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+        ks_.key(victim(t, i), &k);
+        ks_.value(victim(t, i), 0, &v);
+        return target_->insert(k, v) == Code::kOk;
+      },
+      true, false);
 }
 
 // Space under churn: the loaded live set of N keys under random inserts of new keys and

@@ -38,6 +38,9 @@ struct RunConfig {
   std::map<std::string, std::string> params;
   std::string label;  // free text naming the experiment (e.g. "scope=8")
   bool recovery = true;
+  // lfsweep: after each insert step, also delete up to 1,000 of the step's keys (timed:
+  // lfsweep-delete) and insert them again (lfsweep-reinsert), so the load factor goes on.
+  bool sweep_deletes = false;
   // Measure the limit (limit.hpp) first: a "limit" row, and every row gets miss_equiv.
   bool limit = false;
   bool pin = true;
