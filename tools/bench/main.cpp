@@ -382,6 +382,16 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         zones_for(c);
         v.push_back(c);
       }
+    // Fig. 15: load factor over inserts (20 steps) for 2/4/8/16-split, 32 KB segments.
+    for (int split : {2, 4, 8, 16}) {
+      RunConfig c = pm("lf s" + std::to_string(split));
+      c.keys = 0;
+      c.ops = n(4'000'000);
+      c.params = {{"split", std::to_string(split)}, {"segment_bytes", "32768"}};
+      c.workloads = {"lfsweep"};
+      zones_for(c);
+      v.push_back(c);
+    }
     // Figs. 12-13: insert (load), positive and negative read, 50/50, delete; 1 and 2 threads;
     // uniform and zipfian; the share of writes done lock-free is a counter.
     for (std::string dist : {"uniform", "zipfian:0.99"})
