@@ -311,6 +311,8 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
   (*out)["pm_slots_per_pos_read_miss"] = pos > hits ? double(pms_pos) / double(pos - hits) : 0.0;
   (*out)["read_retries"] = double(retries);
   (*out)["recovery_ms"] = recovery_ms_;
+  (*out)["recovery_hot_ms"] = recovery_hot_ms_;
+  (*out)["recovery_ocf_ms"] = recovery_ms_ - recovery_hot_ms_;
 }
 
 bool Hdnh::check(std::string* report) const {

@@ -60,6 +60,10 @@ class Hdnh final : public Scheme {
     unsigned recovery_threads = 0;
   };
   // The run-time parameters (Options::params), each checked against its range.
+  // A record found by the recovery traversal, for the hot table.
+  struct HotRecord {
+    uint64_t h1, kw, vw;
+  };
   static Status parse_config(const common::Params& runtime, Config* cfg);
   Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
   ~Hdnh() override;
@@ -190,7 +194,15 @@ class Hdnh final : public Scheme {
   void fix_partial_bucket();  // after a crash inside rehash_bucket
   bool bucket_live(const Level& l, uint64_t b) const;
 
-  void rebuild_dram();  // §3.7: one traversal rebuilds OCF and hot table
+  // Recovery (§3.7): the OCF from one traversal, then the hot table per hot-bucket partition.
+  void rebuild_dram();
+  unsigned hot_partition(const LevelSet& set, const Hashed& k, unsigned nt) const;
+  int64_t rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt,
+                      std::vector<std::vector<HotRecord>>* found) const;
+  void fill_hot_partition(const LevelSet& set,
+                          const std::vector<std::vector<std::vector<HotRecord>>>& found,
+                          unsigned p);
+  void hot_place(const LevelSet& set, const HotRecord& r);
 
   pm::Pool& pool_;
   pm::Allocator& alloc_;
@@ -215,6 +227,7 @@ class Hdnh final : public Scheme {
   std::unique_ptr<std::unique_ptr<Partner>[]> partners_;
   int64_t base_items_ = 0;  // records found by rebuild_dram()
   double recovery_ms_ = 0;
+  double recovery_hot_ms_ = 0;  // of which the hot table (Table 1 splits them)
 };
 
 }  // namespace pmhash::hdnh
