@@ -2,6 +2,15 @@
 // DRAM-NVM memory", ICPP '21): a two-level non-volatile table in PM in the style of Level
 // hashing, mirrored slot for slot in DRAM by the Optimistic Compression Filter (OCF), plus a
 // DRAM hot table with RAFL replacement. docs/schemes/hdnh.md maps the paper to this code.
+//
+// One file per mechanism of the paper:
+//   nv_table.hpp/.cpp   §3.1 the non-volatile table: buckets, levels, candidates, bitmap commit
+//   ocf.hpp/.cpp        §3.2, §3.6 the Optimistic Compression Filter and slot concurrency
+//   hot_table.hpp/.cpp  §3.3 the hot table and RAFL
+//   sync_write.cpp      §3.4 the synchronous write mechanism (partner threads)
+//   hdnh.cpp            §3.5, §3.6 read, insert, update, delete; introspection
+//   resize.cpp          §2.2, §3.7 Level-hashing resize and its crash recovery
+//   recovery.cpp        §3.7 open and the rebuild of the DRAM structures
 #pragma once
 
 #include <atomic>
@@ -13,80 +22,14 @@
 #include <vector>
 
 #include "common/worker.hpp"
+#include "index/hdnh/hot_table.hpp"
+#include "index/hdnh/nv_table.hpp"
+#include "index/hdnh/ocf.hpp"
 #include "index/scheme.hpp"
 
 namespace pmhash::hdnh {
 
-inline constexpr int kSlots = 8;  // slots per non-volatile bucket (§4.1)
-
-// Test-only fault (pm::Pool::mutations): the rehash progress record is not ordered after
-// the moved records' bitmaps (the crash harness must notice).
-inline constexpr uint64_t kMutationProgressBeforeBitmaps = 4;
-
-// A non-volatile bucket (§3.1): 256 bytes, the Optane media access granularity.
-//
-//   bytes   0 ..   7  bitmap  (bit i: slot i holds a valid record)
-//   bytes   8 ..  15  reserved (0)
-//   bytes  16 .. 143  slot 0 .. slot 7, 16 B each (common/items.hpp: key word | value word)
-//   bytes 144 .. 255  padding (the paper's 16-byte keys and 15-byte values fill it; ours are
-//                     8 + 8 bytes inline or out of line, so half the bucket is unused)
-struct alignas(256) Bucket {
-  uint64_t bitmap;
-  uint64_t reserved;
-  common::Slot slots[kSlots];
-  uint8_t pad[112];
-};
-static_assert(sizeof(Bucket) == 256 && offsetof(Bucket, slots) == 16);
-
-// A level in PM: `segments` segments of `segment_buckets` buckets, one contiguous block.
-struct LevelDesc {
-  uint64_t off;
-  uint64_t segments;
-};
-
-// PM root. Top level: 2M segments, bottom level: M (§3.1). While resizing (§3.7):
-// resizing_flag = 1; level_number = 2 until the new top level is attached, 3 while the
-// bottom level is rehashed into it; rehash_progress = the next bottom bucket to rehash
-// (segment * segment_buckets + bucket).
-struct Root {
-  uint64_t magic;
-  uint64_t segment_buckets;
-  LevelDesc top;
-  LevelDesc bottom;
-  LevelDesc new_top;
-  uint64_t resizing_flag;
-  uint64_t level_number;
-  uint64_t rehash_progress;
-  uint64_t reserved[6];
-};
-inline constexpr uint64_t kRootMagic = 0x484E'4448ull;  // "HDNH"
-
-// OCF entry (§3.2, Fig. 4), 2 bytes per non-volatile slot, changed only by CAS:
-//   bits 0..7 fingerprint (low byte of the key's hash) | bit 8 bitmap | bit 9 opmap |
-//   bits 10..15 version
-namespace ocf {
-inline constexpr uint16_t kValid = 1u << 8, kBusy = 1u << 9, kVersionOne = 1u << 10;
-inline uint8_t fp(uint16_t e) {
-  return static_cast<uint8_t>(e);
-}
-inline bool valid(uint16_t e) {
-  return (e & kValid) != 0;
-}
-inline bool busy(uint16_t e) {
-  return (e & kBusy) != 0;
-}
-// The entry after a writer's change: new fingerprint and bitmap bit, unlocked, version + 1.
-inline uint16_t next(uint16_t e, bool is_valid, uint8_t f) {
-  return static_cast<uint16_t>(((e & 0xFC00u) + kVersionOne) | (is_valid ? kValid : 0) | f);
-}
-}  // namespace ocf
-
 enum class Replacement { kRafl, kLru, kOff };
-
-// Hot-table slot metadata (§3.3, Fig. 5): bit 0 valid, bit 1 opmap, bit 2 hotmap, 3.. version.
-namespace hot {
-inline constexpr uint16_t kValid = 1, kBusy = 2, kHot = 4, kVersionOne = 8;
-}
 
 // The DRAM side of one level: its OCF and its hot-table level (same buckets, fewer slots).
 struct Level {
@@ -117,6 +60,10 @@ class Hdnh final : public Scheme {
     unsigned recovery_threads = 0;
   };
   // The run-time parameters (Options::params), each checked against its range.
+  // A record found by the recovery traversal, for the hot table.
+  struct HotRecord {
+    uint64_t h1, kw, vw;
+  };
   static Status parse_config(const common::Params& runtime, Config* cfg);
   Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
   ~Hdnh() override;
@@ -247,7 +194,15 @@ class Hdnh final : public Scheme {
   void fix_partial_bucket();  // after a crash inside rehash_bucket
   bool bucket_live(const Level& l, uint64_t b) const;
 
-  void rebuild_dram();  // §3.7: one traversal rebuilds OCF and hot table
+  // Recovery (§3.7): the OCF from one traversal, then the hot table per hot-bucket partition.
+  void rebuild_dram();
+  unsigned hot_partition(const LevelSet& set, const Hashed& k, unsigned nt) const;
+  int64_t rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt,
+                      std::vector<std::vector<HotRecord>>* found) const;
+  void fill_hot_partition(const LevelSet& set,
+                          const std::vector<std::vector<std::vector<HotRecord>>>& found,
+                          unsigned p);
+  void hot_place(const LevelSet& set, const HotRecord& r);
 
   pm::Pool& pool_;
   pm::Allocator& alloc_;
@@ -272,6 +227,7 @@ class Hdnh final : public Scheme {
   std::unique_ptr<std::unique_ptr<Partner>[]> partners_;
   int64_t base_items_ = 0;  // records found by rebuild_dram()
   double recovery_ms_ = 0;
+  double recovery_hot_ms_ = 0;  // of which the hot table (Table 1 splits them)
 };
 
 }  // namespace pmhash::hdnh

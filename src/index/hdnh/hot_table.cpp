@@ -1,0 +1,227 @@
+// The hot table (§3.3, Figs. 5-6): lookup, RAFL (or LRU) replacement, the two-step put
+// (prepare, then publish after the PM commit), removal and the read-miss fill.
+#include <cstring>
+
+#include "index/hdnh/detail.hpp"
+
+namespace pmhash::hdnh {
+
+using common::load_word;
+using common::Slot;
+using common::store_word;
+using namespace detail;
+
+// The hot table has one candidate bucket per level (§3.3).
+uint64_t Hdnh::hot_bucket(const Level& l, const Hashed& k) const {
+  uint64_t sa = common::fast_range(static_cast<uint32_t>(k.h1 >> 32), l.segments);
+  return sa * m_ + ((k.h1 >> 8) & (m_ - 1));
+}
+
+bool Hdnh::hot_matches(uint64_t kw, uint64_t vw, const Hashed& k, std::string_view key) const {
+  if (kw != k.kw) return false;
+  return !items_.variable() || reinterpret_cast<const HotItem*>(vw)->key == key;
+}
+
+void Hdnh::hot_release(uint64_t vw) {
+  if (items_.variable()) epochs_.retire([vw] { delete reinterpret_cast<HotItem*>(vw); });
+}
+
+// A busy (opmap) hot slot is being written: it is skipped, not waited for. Its holder is
+// the key's writer (which publishes only after the PM commit; a reader that goes on to the
+// OCF finds the record's slot locked and waits there) or a write evicting it.
+bool Hdnh::hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value) {
+  for (int i = 0; i < set.n; ++i) {
+    Level& l = *set.lv[i];
+    uint64_t base = hot_bucket(l, k) * cfg_.hot_slots;
+    for (int e = 0; e < cfg_.hot_slots; ++e) {
+      std::atomic<uint16_t>& meta = l.hot_meta[base + e];
+      for (;;) {
+        uint16_t m1 = meta.load(std::memory_order_acquire);
+        if (!(m1 & hot::kValid) || (m1 & hot::kBusy)) break;
+        uint64_t kw = l.hot_key[base + e].load(std::memory_order_acquire);
+        uint64_t vw = l.hot_value[base + e].load(std::memory_order_acquire);
+        if (kw != k.kw) {
+          if ((meta.load(std::memory_order_acquire) | hot::kHot) != (m1 | hot::kHot)) continue;
+          break;
+        }
+        bool match = hot_matches(kw, vw, k, key);
+        if (match) {
+          if (items_.variable())
+            value->assign(reinterpret_cast<const HotItem*>(vw)->value);
+          else
+            value->assign(reinterpret_cast<const char*>(&vw), 8);
+        }
+        if ((meta.load(std::memory_order_acquire) | hot::kHot) != (m1 | hot::kHot)) continue;
+        if (!match) break;
+        // RAFL: a searched item becomes hot. LRU: its stamp moves to now.
+        if (cfg_.replacement == Replacement::kRafl) {
+          if (!(m1 & hot::kHot)) meta.compare_exchange_strong(m1, m1 | hot::kHot);
+        } else {
+          l.hot_stamp[base + e].store(clock_.fetch_add(1, std::memory_order_relaxed),
+                                      std::memory_order_relaxed);
+        }
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Prepares a put of key -> value (caller holds the key's writer lock): the DRAM copy is
+// made and the target slots locked, nothing becomes visible. Targets: every copy of the key
+// (updated in place); with none, an empty slot of the key's bucket in the newest level, then
+// the older; with none, a replacement in the newest level's bucket (RAFL or LRU).
+void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view key,
+                       std::string_view value, HotWrite* w) {
+  const int hs = cfg_.hot_slots;
+  w->n = 0;
+  w->evicts = false;
+  if (items_.variable())
+    w->vw = reinterpret_cast<uint64_t>(new HotItem{std::string(key), std::string(value)});
+  else
+    std::memcpy(&w->vw, value.data(), 8);
+  auto lock = [&](Level& l, uint64_t idx, uint16_t m, bool same_key) {
+    if ((m & hot::kBusy) ||
+        !l.hot_meta[idx].compare_exchange_strong(m, m | hot::kBusy, std::memory_order_acquire))
+      return false;
+    w->t[w->n++] = {&l, idx, m, same_key};
+    return true;
+  };
+  // The key's copies. A busy slot is skipped: its holder is not a writer of this key (we
+  // hold the key's lock), so it is a write that replaces the copy anyway.
+  for (int i = 0; i < set.n; ++i) {
+    Level& l = *set.lv[i];
+    uint64_t base = hot_bucket(l, k) * hs;
+    for (int e = 0; e < hs; ++e) {
+      for (;;) {
+        uint16_t m = l.hot_meta[base + e].load(std::memory_order_acquire);
+        if (!(m & hot::kValid) || (m & hot::kBusy)) break;
+        if (!hot_matches(l.hot_key[base + e].load(std::memory_order_acquire),
+                         l.hot_value[base + e].load(std::memory_order_acquire), k, key))
+          break;
+        if (lock(l, base + e, m, true)) break;  // else it changed: look again
+      }
+    }
+  }
+  if (w->n > 0) return;
+  // Newest level first: {top, bottom}, or {new top, top, bottom} while resizing.
+  Level* order[3] = {set.lv[0], set.lv[1], set.lv[1]};
+  int n = 2;
+  if (set.n == 3) order[0] = set.lv[2], order[1] = set.lv[0], order[2] = set.lv[1], n = 3;
+  for (int i = 0; i < n; ++i) {
+    Level& l = *order[i];
+    uint64_t base = hot_bucket(l, k) * hs;
+    for (int e = 0; e < hs; ++e) {
+      uint16_t m = l.hot_meta[base + e].load(std::memory_order_acquire);
+      if (!(m & (hot::kValid | hot::kBusy)) && lock(l, base + e, m, false)) return;
+    }
+  }
+  // Replacement in the first level's bucket.
+  Level& l = *order[0];
+  uint64_t base = hot_bucket(l, k) * hs;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int victim = -1;
+    if (cfg_.replacement == Replacement::kLru) {
+      uint64_t oldest = ~uint64_t{0};
+      for (int e = 0; e < hs; ++e) {
+        uint64_t st = l.hot_stamp[base + e].load(std::memory_order_relaxed);
+        if (st < oldest) oldest = st, victim = e;
+      }
+    } else {
+      // RAFL (Fig. 6): a cold item if there is one; else a random one, and every hotmap bit
+      // of the bucket is cleared.
+      for (int e = 0; e < hs && victim < 0; ++e)
+        if (!(l.hot_meta[base + e].load(std::memory_order_relaxed) & hot::kHot)) victim = e;
+      if (victim < 0) {
+        victim = static_cast<int>(next_random() % hs);
+        for (int e = 0; e < hs; ++e) l.hot_meta[base + e].fetch_and(uint16_t(~hot::kHot));
+      }
+    }
+    uint16_t m = l.hot_meta[base + victim].load(std::memory_order_acquire);
+    if (lock(l, base + victim, m, false)) {
+      w->evicts = (m & hot::kValid) != 0;
+      return;
+    }
+  }
+}
+
+// Publishes a prepared put (after the PM commit): the first target gets the copy, further
+// copies are dropped; every slot is unlocked with its version moved.
+void Hdnh::hot_publish(const Hashed& k, HotWrite& w) {
+  if (w.n == 0) {  // no slot: the copy was never visible
+    if (items_.variable()) delete reinterpret_cast<HotItem*>(w.vw);
+    return;
+  }
+  for (int i = 0; i < w.n; ++i) {
+    const HotTarget& t = w.t[i];
+    Level& l = *t.level;
+    uint64_t old = l.hot_value[t.idx].load(std::memory_order_relaxed);
+    auto next = static_cast<uint16_t>((t.meta + hot::kVersionOne) & ~7u);
+    if (i == 0) {
+      // Release: a reader that loads the new value word also sees the hot item it points to.
+      l.hot_key[t.idx].store(k.kw, std::memory_order_release);
+      l.hot_value[t.idx].store(w.vw, std::memory_order_release);
+      if (l.hot_stamp) l.hot_stamp[t.idx].store(clock_.fetch_add(1), std::memory_order_relaxed);
+      next |= hot::kValid | (t.same_key ? (t.meta & hot::kHot) : 0);
+    }
+    l.hot_meta[t.idx].store(next, std::memory_order_release);
+    if (t.meta & hot::kValid) hot_release(old);  // unpublished above, freed after an epoch
+  }
+  if (w.evicts) hot_evictions_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Drops the key's copies (caller holds the key's writer lock; a busy slot is skipped, as in
+// hot_prepare).
+void Hdnh::hot_remove(const LevelSet& set, const Hashed& k, std::string_view key) {
+  for (int i = 0; i < set.n; ++i) {
+    Level& l = *set.lv[i];
+    uint64_t base = hot_bucket(l, k) * cfg_.hot_slots;
+    for (int e = 0; e < cfg_.hot_slots; ++e) {
+      std::atomic<uint16_t>& meta = l.hot_meta[base + e];
+      for (;;) {
+        uint16_t m = meta.load(std::memory_order_acquire);
+        if (!(m & hot::kValid) || (m & hot::kBusy)) break;
+        uint64_t vw = l.hot_value[base + e].load(std::memory_order_acquire);
+        if (!hot_matches(l.hot_key[base + e].load(std::memory_order_acquire), vw, k, key)) break;
+        if (!meta.compare_exchange_strong(m, static_cast<uint16_t>((m + hot::kVersionOne) & ~7u)))
+          continue;
+        hot_release(vw);
+        break;
+      }
+    }
+  }
+}
+
+// A searched item enters the hot table (§3.3), under the key's writer lock if it is free.
+// The value is read again under that lock: no writer of the key can change it meanwhile, so
+// the copy is the table's current value. (The OCF entry seen by the lock-free read proves
+// nothing: its 6-bit version comes back after 32 delete/insert pairs into one slot.)
+void Hdnh::hot_fill(const LevelSet& set, const Hashed& k, std::string_view key) {
+#ifdef PMHASH_CRASH_HOOKS
+  if (test_before_fill) test_before_fill();
+#endif
+  std::atomic<uint32_t>& sw = stripe(k.h1);
+  if (!try_lock_word(sw)) return;  // a writer of the key is active: it publishes its value
+  Loc loc;
+  uint64_t vw = 0, pm_slots = 0;
+  bool retry = false;
+  std::string value;
+  if (find(set, k, key, &loc, &vw, &retry, &pm_slots) && items_.read_value(vw, &value)) {
+    HotWrite w;
+    hot_prepare(set, k, key, value, &w);
+    hot_publish(k, w);
+  }
+  unlock_word(sw);
+}
+
+#ifdef PMHASH_CRASH_HOOKS
+void Hdnh::test_drop_hot(std::string_view key) {
+  if (cfg_.replacement == Replacement::kOff) return;
+  Hashed k = hashed(key);
+  StripeLock key_lock(stripe(k.h1));
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  hot_remove(*levels_.load(std::memory_order_acquire), k, key);
+}
+#endif
+
+}  // namespace pmhash::hdnh

@@ -1,0 +1,178 @@
+// Recovery (§3.7): open checks the root and finishes an interrupted resize; one traversal
+// of the table rebuilds the OCF and the hot table.
+#include <bit>
+#include <chrono>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "index/hdnh/detail.hpp"
+
+namespace pmhash::hdnh {
+
+using common::load_word;
+using common::Slot;
+using common::store_word;
+using namespace detail;
+
+Status Hdnh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
+  (void)clean;  // §3.7: both cases rebuild the DRAM structures; a crash may add resize work
+  Config cfg;
+  Status s = parse_config(ctx.runtime, &cfg);
+  if (!s.ok()) return s;
+  const Root* root = existing_root<Root>(ctx, kRootMagic);
+  if (root == nullptr) return {Code::kCorrupted, "hdnh: root object missing or damaged"};
+  const Root& r = *root;
+  uint64_t m = r.segment_buckets;
+  auto level_ok = [&](const LevelDesc& l) {
+    return l.segments != 0 && l.segments < (uint64_t{1} << 40) &&
+           ctx.alloc.block_size(l.off) >= l.segments * m * sizeof(Bucket);
+  };
+  if (m == 0 || !std::has_single_bit(m) || !level_ok(r.top) || !level_ok(r.bottom) ||
+      r.top.segments != 2 * r.bottom.segments || r.resizing_flag > 1 ||
+      (r.level_number != 2 && r.level_number != 3) ||
+      (r.level_number == 3 &&
+       (r.resizing_flag != 1 || !level_ok(r.new_top) || r.new_top.segments != 2 * r.top.segments ||
+        r.rehash_progress > r.bottom.segments * m)))
+    return {Code::kCorrupted, "hdnh: levels missing or damaged"};
+  auto h = std::make_unique<Hdnh>(ctx, ctx.pool.root(), cfg);
+  if (r.resizing_flag) {
+    // §3.7: an interrupted resize is finished first (level_number 2: attach the new level
+    // again; 3: continue rehashing at the recorded bucket).
+    std::unique_lock<std::shared_mutex> xl(h->resize_mu_);
+    if (r.level_number == 2) {
+      s = h->attach_new_top();
+      if (!s.ok()) {  // no room for the new level: back to the two levels
+        store_word(h->root_->resizing_flag, 0);
+        ctx.pool.persister().persist(&h->root_->resizing_flag, 8);
+      }
+    }
+    if (h->root_->resizing_flag) (void)h->rehash();  // a failure leaves three levels, usable
+  }
+  *out = std::move(h);
+  return Status::Ok();
+}
+
+namespace {
+
+// Runs fn(0) .. fn(n - 1) on n threads (inline when n is 1).
+template <class Fn>
+void on_threads(unsigned n, Fn fn) {
+  if (n <= 1) return fn(0u);
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < n; ++t) ts.emplace_back(fn, t);
+  for (auto& t : ts) t.join();
+}
+
+// Records between the two recovery passes: found[t][p] holds what thread t found for
+// hot-bucket partition p.
+using Found = std::vector<std::vector<std::vector<Hdnh::HotRecord>>>;
+
+}  // namespace
+
+// §3.7: one traversal of the table rebuilds the OCF; the hot table is then filled from what
+// it found. The paper merges the two; here they are two passes so that each recovery thread
+// fills only the hot buckets it owns, with plain stores (a CAS per record into random
+// buckets shared by all threads was three quarters of the rebuild).
+void Hdnh::rebuild_dram() {
+  const LevelSet& set = *levels_.load();
+  const unsigned nt = cfg_.recovery_threads;
+  const bool hot = cfg_.replacement != Replacement::kOff;
+  Found found(nt, std::vector<std::vector<HotRecord>>(hot ? nt : 0));
+  std::vector<int64_t> items(nt);
+  on_threads(nt,
+             [&](unsigned t) { items[t] = rebuild_ocf(set, t, nt, hot ? &found[t] : nullptr); });
+  auto t0 = std::chrono::steady_clock::now();
+  if (hot) on_threads(nt, [&](unsigned p) { fill_hot_partition(set, found, p); });
+  recovery_hot_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  base_items_ = std::accumulate(items.begin(), items.end(), int64_t{0});
+}
+
+// Hot-bucket partitions. A key's hot bucket in a level is (segment, bucket in segment), the
+// segment fast_range(h1 >> 32, segments): the levels have M, 2M (and 4M) segments, so the
+// key's segment in a bigger level divided by 2 (4) is its segment in the bottom level, and
+// two keys that share a hot bucket in any level share it in the bottom level. Partitioning
+// the bottom level's hot buckets into ranges therefore gives each thread its own hot buckets
+// in every level.
+unsigned Hdnh::hot_partition(const LevelSet& set, const Hashed& k, unsigned nt) const {
+  const Level& smallest = *set.lv[1];
+  return static_cast<unsigned>(hot_bucket(smallest, k) * nt / smallest.nbuckets);
+}
+
+// Thread t's share of the traversal: the OCF entries of its buckets (every level's buckets
+// split in nt ranges), and the records, sorted by hot partition, for the hot table.
+int64_t Hdnh::rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt,
+                          std::vector<std::vector<HotRecord>>* found) const {
+  int64_t n = 0;
+  if (found != nullptr) {  // room for a full share: only the pages written are touched
+    uint64_t slots = 0;
+    for (int i = 0; i < set.n; ++i) slots += set.lv[i]->nbuckets * kSlots / nt;
+    for (auto& f : *found) f.reserve(slots / nt);
+  }
+  for (int i = 0; i < set.n; ++i) {
+    Level& l = *set.lv[i];
+    uint64_t per = (l.nbuckets + nt - 1) / nt;
+    uint64_t end = std::min(l.nbuckets, (t + 1) * per);
+    for (uint64_t b = t * per; b < end; ++b) {
+      if (!bucket_live(l, b)) continue;
+      const Bucket& bk = l.buckets[b];
+      for (uint64_t bits = bk.bitmap & 0xFF; bits; bits &= bits - 1) {
+        int s = std::countr_zero(bits);
+        Hashed k = hashed_slot(bk.slots[s].key);
+        l.ocf[b * kSlots + s].store(ocf::kValid | k.fp, std::memory_order_relaxed);
+        ++n;
+        if (found != nullptr)
+          (*found)[hot_partition(set, k, nt)].push_back({k.h1, bk.slots[s].key, bk.slots[s].value});
+      }
+    }
+  }
+  return n;
+}
+
+// Partition p of the hot table: the records every thread found for it, each into the first
+// empty slot of its hot bucket in the first level that has one (a rebuild does not evict:
+// that would only churn). No other thread writes these buckets, and none reads them yet.
+void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned p) {
+  constexpr size_t kAhead = 8;  // records whose hot buckets are prefetched
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  const Level& first = *set.lv[0];
+  const uint64_t hs = uint64_t(cfg_.hot_slots);
+  for (const auto& per_thread : found) {
+    const std::vector<HotRecord>& recs = per_thread[p];
+    for (size_t i = 0; i < recs.size(); ++i) {
+      if (i + kAhead < recs.size()) {
+        uint64_t idx = hot_bucket(first, Hashed{recs[i + kAhead].h1, 0, 0, 0}) * hs;
+        __builtin_prefetch(&first.hot_meta[idx], 1);
+        __builtin_prefetch(&first.hot_key[idx], 1);
+        __builtin_prefetch(&first.hot_value[idx], 1);
+      }
+      hot_place(set, recs[i]);
+    }
+  }
+}
+
+// One record into the first empty slot of its hot buckets, top level first.
+void Hdnh::hot_place(const LevelSet& set, const HotRecord& r) {
+  const int hs = cfg_.hot_slots;
+  for (int j = 0; j < set.n; ++j) {
+    Level& l = *set.lv[j];
+    uint64_t base = hot_bucket(l, Hashed{r.h1, 0, 0, 0}) * hs;
+    for (int e = 0; e < hs; ++e) {
+      if (l.hot_meta[base + e].load(std::memory_order_relaxed) != 0) continue;
+      uint64_t vw = r.vw;  // fixed: the value itself
+      if (items_.variable()) {
+        std::string value;
+        if (!items_.read_value(r.vw, &value)) return;
+        vw = reinterpret_cast<uint64_t>(
+            new HotItem{items_.slot_key_bytes(Slot{r.kw, r.vw}), std::move(value)});
+      }
+      l.hot_key[base + e].store(r.kw, std::memory_order_relaxed);
+      l.hot_value[base + e].store(vw, std::memory_order_relaxed);
+      l.hot_meta[base + e].store(hot::kVersionOne | hot::kValid, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+}  // namespace pmhash::hdnh
