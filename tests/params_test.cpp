@@ -24,6 +24,7 @@ std::vector<BadParam> bad_params(const std::string& scheme) {
   const char* kBool = "one of on, off, true, false, 1, 0";
   if (scheme == "turbohash") return {{"simd", "maybe", kBool}, {"simd", "", kBool}};
   if (scheme == "smartht") return {{"filter", "2", kBool}, {"filter", "ON", kBool}};
+  if (scheme == "lineht") return {{"filter", "maybe", kBool}, {"filter", "", kBool}};
   if (scheme == "wophi")
     return {{"pab", "yes", kBool},
             {"pab_grow", "sometimes", "one of background, inline"},
