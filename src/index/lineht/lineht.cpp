@@ -244,8 +244,11 @@ Status LineHT::insert_at(View& v, const Hashed& k, Place at, std::string_view ke
   if (!s.ok()) return s;
   const pm::Persister& p = pool_.persister();
   Bucket& b = v.b0[at.j];
-  store_word(b.slots[at.pos].key, item.key_word);
-  store_word(b.slots[at.pos].value, item.value_word);
+  bool reorder = PMHASH_MUTATION(pool_, kMutationCommitBeforeSlot);
+  if (!reorder) {
+    store_word(b.slots[at.pos].key, item.key_word);
+    store_word(b.slots[at.pos].value, item.value_word);
+  }
   uint64_t m = b.load_meta();
   uint64_t nm = Bucket::next(m, Bucket::valid(m) | (1u << at.pos));
   if (items_.variable()) {
@@ -257,6 +260,11 @@ Status LineHT::insert_at(View& v, const Hashed& k, Place at, std::string_view ke
   } else {
     p.line_order(&b);
     pm::publish_persisted(p, &b.meta, nm, kUnpersisted);
+  }
+  if (reorder) {
+    store_word(b.slots[at.pos].key, item.key_word);
+    store_word(b.slots[at.pos].value, item.value_word);
+    p.persist(&b, sizeof b);
   }
   v.set(at.j, Filter::with_slot(v.word(at.j), at.pos, k.tag));
   uint64_t hm = home(k.h, v.n), dist = (at.j + v.n - hm) % v.n, hw = v.word(hm);

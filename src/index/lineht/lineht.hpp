@@ -42,6 +42,9 @@ inline constexpr uint64_t kMaxShardBuckets = (uint64_t{1} << (64 - kCountShift))
 inline constexpr uint64_t kMaxProbe = 32;  // fits the filter word's 6-bit reach
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 
+// Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
+inline constexpr uint64_t kMutationCommitBeforeSlot = 16;  // insert: commit, then write the slot
+
 class LineHT final : public Scheme {
  public:
   LineHT(SchemeContext& ctx, uint64_t root_off);
