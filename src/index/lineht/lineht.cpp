@@ -172,10 +172,13 @@ int LineHT::read_bucket(const Bucket& b, uint32_t candidates, const Hashed& k, s
       hit = pos;
       readable = items_.read_value(vw, value);
     }
-    if (b.load_meta() != m1 || !readable) {
+    if (b.load_meta() != m1) {
       bump(ts.retries);
       continue;
     }
+    // A consistent snapshot names an item that cannot be parsed: a damaged pool. Report the
+    // key absent rather than retry forever (check() names the slot).
+    if (!readable) hit = -1;
     // A write in flight: persist what we act on, a hit or a miss (a delete's cleared bit)
     // alike (link-and-persist, pm/publish.hpp).
     if (m1 & kUnpersisted) pool_.persister().persist(&b, sizeof b);
