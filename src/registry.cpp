@@ -4,6 +4,7 @@
 namespace pmhash {
 
 extern const SchemeFactory kHdnhFactory;
+extern const SchemeFactory kLineHTFactory;
 extern const SchemeFactory kPmehFactory;
 extern const SchemeFactory kSmartHTFactory;
 extern const SchemeFactory kTurboHashFactory;
@@ -11,7 +12,8 @@ extern const SchemeFactory kWophiFactory;
 
 const std::vector<const SchemeFactory*>& all_schemes() {
   static const std::vector<const SchemeFactory*> v = {&kSmartHTFactory, &kTurboHashFactory,
-                                                      &kWophiFactory, &kHdnhFactory, &kPmehFactory};
+                                                      &kWophiFactory,   &kHdnhFactory,
+                                                      &kPmehFactory,    &kLineHTFactory};
   return v;
 }
 

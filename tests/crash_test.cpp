@@ -120,8 +120,8 @@ INSTANTIATE_TEST_SUITE_P(ChainSchemes, ReclaimCrashTest, ::testing::ValuesIn(rec
 
 #ifdef PMHASH_CRASH_HOOKS
 // The harness has teeth: with one flush removed from TurboHash's insert, one publish moved
-// before the write it publishes (TurboHash resize, PMEH split), or a progress record not
-// ordered after what it records (HDNH rehash), the same workload reports failures.
+// before the write it publishes (TurboHash resize, PMEH split, LineHT insert), or a progress record
+// not ordered after what it records (HDNH rehash), the same workload reports failures.
 TEST(CrashHarness, CatchesAMissingFlushAndAReorderedPublish) {
   struct Case {
     const char* scheme;
@@ -131,7 +131,8 @@ TEST(CrashHarness, CatchesAMissingFlushAndAReorderedPublish) {
   for (Case c : {Case{"turbohash", 1, "slot flush removed"},
                  Case{"turbohash", 2, "resize publishes before writing"},
                  Case{"hdnh", 4, "rehash progress not ordered after the bitmaps"},
-                 Case{"pmeh", 8, "split publishes an unpersisted segment"}}) {
+                 Case{"pmeh", 8, "split publishes an unpersisted segment"},
+                 Case{"lineht", 16, "insert commits before writing the slot"}}) {
     for (Format f : {Format::kFixed, Format::kVariable}) {
       CrashConfig cfg;
       cfg.scheme = c.scheme;

@@ -21,6 +21,7 @@ using P = std::map<std::string, std::string>;
 std::vector<P> runtime_sets(const std::string& scheme) {
   if (scheme == "turbohash") return {{{"simd", "true"}}, {{"simd", "false"}}};
   if (scheme == "smartht") return {{{"filter", "true"}}, {{"filter", "false"}}};
+  if (scheme == "lineht") return {{{"filter", "on"}}, {{"filter", "off"}}};
   if (scheme == "wophi")
     return {{{"pab_grow", "background"}},
             {{"pab_grow", "inline"}},

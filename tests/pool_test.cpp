@@ -108,7 +108,7 @@ TEST(Pool, UnknownSchemeAndMissingFile) {
 // with the new arguments (it used to keep the refused layout, so every later create of that
 // path failed the same way, or with a scheme or format mismatch).
 TEST(Pool, RefusedCreationLeavesNothingBehind) {
-  for (const char* scheme : {"turbohash", "smartht", "wophi", "hdnh", "pmeh"}) {
+  for (const char* scheme : {"turbohash", "smartht", "wophi", "hdnh", "pmeh", "lineht"}) {
     for (bool existed : {false, true}) {
       TempPool p;
       if (existed) write_bytes(p.path, {});

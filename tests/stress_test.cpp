@@ -47,6 +47,7 @@ const std::vector<StressCase>& stress_cases() {
   static const P sm = {{"buckets", "64"}, {"stripe", "4"}, {"filter_keys", "16"}};
   static const P wo = {{"buckets", "64"}, {"stripe", "4"}, {"pab_buckets", "2"}};
   static const P hd = {{"segment_bytes", "256"}, {"segments", "1"}};
+  static const P lh = {{"shards", "2"}, {"buckets", "2"}, {"probe", "2"}};
   static const P pe = {{"segment_bytes", "2048"}, {"zones", "4"}, {"depth", "2"}};
   auto with = [](P base, const P& more) {
     for (auto& [k, v] : more) base[k] = v;
@@ -75,6 +76,10 @@ const std::vector<StressCase>& stress_cases() {
       {"hdnh", "small_background_off",
        with(hd, {{"sync_write", "background"}, {"hot_table", "off"}})},
       {"hdnh", "small_noocf_hot1", with(hd, {{"ocf", "false"}, {"hot_slots", "1"}})},
+      {"lineht", "defaults", {}},
+      {"lineht", "small", lh},
+      {"lineht", "small_probe8", with(lh, {{"buckets", "1"}, {"probe", "8"}})},
+      {"lineht", "small_nofilter", with(lh, {{"filter", "off"}})},
       {"pmeh", "defaults", {}},
       {"pmeh", "zones4_split2", with(pe, {{"split", "2"}})},
       {"pmeh", "zones4_split4", with(pe, {{"split", "4"}})},

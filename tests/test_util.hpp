@@ -55,6 +55,7 @@ inline std::map<std::string, std::string> small_params(const std::string& scheme
   if (scheme == "wophi")
     return {{"buckets", "4"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "inline"}};
   if (scheme == "hdnh") return {{"segment_bytes", "256"}, {"segments", "1"}};
+  if (scheme == "lineht") return {{"shards", "2"}, {"buckets", "2"}, {"probe", "2"}};
   if (scheme == "pmeh")
     return {{"segment_bytes", "2048"}, {"split", "4"}, {"zones", "1"}, {"depth", "0"}};
   return {};
@@ -83,6 +84,11 @@ inline std::map<std::string, std::string> other_params(const std::string& scheme
   std::map<std::string, std::string> p = small_params(scheme);
   if (scheme == "turbohash") p["simd"] = "false";
   if (scheme == "smartht") p["filter"] = "off";
+  if (scheme == "lineht") {  // one-bucket shards: a probe bound longer than the shard
+    p["buckets"] = "1";
+    p["probe"] = "5";
+    p["filter"] = "off";
+  }
   if (scheme == "wophi") p["pab_grow"] = "background";
   if (scheme == "hdnh") {
     p["sync_write"] = "background";
@@ -132,7 +138,7 @@ inline void use_default_tables(CrashConfig* cfg) {
   const std::string& s = cfg->scheme;
   cfg->pool_size = (s == "smartht" || s == "wophi") ? 20u << 20
                    : s == "turbohash"               ? 8u << 20
-                   : s == "pmeh"                    ? 4u << 20
+                   : s == "pmeh" || s == "lineht"   ? 4u << 20
                                                     : 2u << 20;
   cfg->sample_rate = std::clamp(0.34 * double(2u << 20) / double(cfg->pool_size), 0.1, 0.34);
   cfg->random_images = 1;

@@ -19,7 +19,7 @@ def value(i, fmt):
 
 
 def test_all_five_schemes_are_registered():
-    assert set(SCHEMES) == {"smartht", "turbohash", "wophi", "hdnh", "pmeh"}
+    assert set(SCHEMES) == {"smartht", "turbohash", "wophi", "hdnh", "pmeh", "lineht"}
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

@@ -19,7 +19,7 @@ namespace {
 
 using namespace pmhash;
 
-const char* const kSchemes[] = {"turbohash", "smartht", "wophi", "hdnh", "pmeh"};
+const char* const kSchemes[] = {"turbohash", "smartht", "wophi", "hdnh", "pmeh", "lineht"};
 
 std::map<std::string, std::string> small_params(const std::string& s) {
   if (s == "turbohash") return {{"shards", "2"}, {"buckets", "1"}, {"scope", "4"}};
@@ -27,6 +27,7 @@ std::map<std::string, std::string> small_params(const std::string& s) {
   if (s == "wophi")
     return {{"buckets", "4"}, {"stripe", "2"}, {"pab_buckets", "2"}, {"pab_grow", "inline"}};
   if (s == "hdnh") return {{"segment_bytes", "256"}, {"segments", "1"}};
+  if (s == "lineht") return {{"shards", "2"}, {"buckets", "2"}, {"probe", "2"}};
   return {{"segment_bytes", "2048"}, {"split", "4"}, {"zones", "1"}, {"depth", "0"}};
 }
 

@@ -1,0 +1,540 @@
+#include "index/lineht/lineht.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+#include <vector>
+
+#include "pm/publish.hpp"
+
+namespace pmhash::lineht {
+
+using common::load_word;
+using common::Slot;
+using common::store_word;
+
+// Instant recovery (TurboHash §3.7): every write commits by one 8-byte store (or one
+// allocator commit), so there is nothing to redo; the DRAM side is built per shard on first
+// use. Opening costs O(shards) for the validation of the directory, nothing per key.
+LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
+    : pool_(ctx.pool),
+      alloc_(ctx.alloc),
+      epochs_(ctx.epochs),
+      threads_(ctx.threads),
+      items_(ctx.items),
+      root_off_(root_off),
+      root_(ctx.pool.ptr<Root>(root_off)),
+      dir_(ctx.pool.ptr<uint64_t>(root_->directory)),
+      nshards_(root_->nshards),
+      probe_(root_->probe),
+      use_filter_(runtime_config<Runtime, &parse_runtime>(ctx).filter),
+      shards_(new ShardMirror[root_->nshards]),
+      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {}
+
+LineHT::~LineHT() {
+  for (uint64_t s = 0; s < nshards_; ++s) delete shards_[s].view.load(std::memory_order_relaxed);
+}
+
+Status LineHT::parse_runtime(const common::Params& params, Runtime* out) {
+  return params.get_bool("lineht", "filter", true, &out->filter);
+}
+
+Status LineHT::layout(const Options& o, common::Params* layout) {
+  common::Params p(o.params);
+  uint64_t buckets, probe, shards;
+  if (!p.get_u64("buckets", 64, &buckets) || buckets == 0 || buckets > kMaxShardBuckets / 2)
+    return {Code::kInvalidArgument, "lineht: 'buckets' (initial buckets per shard) invalid"};
+  if (!p.get_u64("probe", 16, &probe) || probe == 0 || probe > kMaxProbe)
+    return {Code::kInvalidArgument, "lineht: 'probe' (buckets per probe sequence) must be 1..32"};
+  // Sized from the capacity hint for a load factor near 0.75, else 256 shards.
+  uint64_t per_shard = std::max<uint64_t>(1, buckets * kSlots * 3 / 4);
+  uint64_t def = o.capacity_hint ? (o.capacity_hint + per_shard - 1) / per_shard : 256;
+  def = std::clamp<uint64_t>(def, 1, kMaxShards);
+  if (!p.get_u64("shards", def, &shards) || shards == 0 || shards > kMaxShards)
+    return {Code::kInvalidArgument, "lineht: 'shards' must be 1..16777216"};
+  layout->set("shards", std::to_string(shards));
+  layout->set("buckets", std::to_string(buckets));
+  layout->set("probe", std::to_string(probe));
+  return Status::Ok();
+}
+
+Status LineHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
+  uint64_t nshards = 0, nbuckets = 0, probe = 0;
+  if (!ctx.layout.get_u64("shards", 0, &nshards) || !ctx.layout.get_u64("buckets", 0, &nbuckets) ||
+      !ctx.layout.get_u64("probe", 0, &probe) || nshards == 0 || nbuckets == 0 || probe == 0)
+    return {Code::kCorrupted, "lineht: pool header lacks layout parameters"};
+  pm::Allocator& a = ctx.alloc;
+  const pm::Persister& p = ctx.pool.persister();
+  std::vector<pm::Reservation> all;
+  auto fail = [&] {
+    for (auto& r : all) a.cancel(r);
+    return Status(Code::kPoolFull, "pool too small for " + std::to_string(nshards) + " shards of " +
+                                       std::to_string(nbuckets) + " buckets");
+  };
+  pm::Reservation root = a.reserve(sizeof(Root));
+  if (!root) return fail();
+  all.push_back(root);
+  pm::Reservation dir = a.reserve(nshards * 8);
+  if (!dir) return fail();
+  all.push_back(dir);
+  auto* d = ctx.pool.ptr<uint64_t>(dir.off);
+  for (uint64_t s = 0; s < nshards; ++s) {
+    pm::Reservation sh = a.reserve(nbuckets * sizeof(Bucket));
+    if (!sh) return fail();
+    all.push_back(sh);
+    std::memset(ctx.pool.ptr<char>(sh.off), 0, nbuckets * sizeof(Bucket));
+    p.flush(ctx.pool.ptr<char>(sh.off), nbuckets * sizeof(Bucket));
+    d[s] = pack(nbuckets, sh.off);
+  }
+  p.flush(d, nshards * 8);
+  auto* r = ctx.pool.ptr<Root>(root.off);
+  *r = Root{kRootMagic, nshards, probe, dir.off, {0, 0, 0, 0}};
+  p.flush(r, sizeof(Root));
+  publish_new_root(ctx, all, root.off);
+  *out = std::make_unique<LineHT>(ctx, root.off);
+  return Status::Ok();
+}
+
+Status LineHT::open(SchemeContext& ctx, bool /*clean: recovery is the same*/,
+                    std::unique_ptr<Scheme>* out) {
+  const Root* r = existing_root<Root>(ctx, kRootMagic);
+  if (r == nullptr) return {Code::kCorrupted, "lineht: root object missing or damaged"};
+  if (r->nshards == 0 || r->nshards > kMaxShards || r->probe == 0 || r->probe > kMaxProbe ||
+      ctx.alloc.block_size(r->directory) < r->nshards * 8)
+    return {Code::kCorrupted, "lineht: shard directory missing or damaged"};
+  const uint64_t* d = ctx.pool.ptr<uint64_t>(r->directory);
+  for (uint64_t s = 0; s < r->nshards; ++s) {
+    uint64_t n = packed_count(d[s]);
+    if (n == 0 || ctx.alloc.block_size(packed_offset(d[s])) < n * sizeof(Bucket))
+      return {Code::kCorrupted, "lineht: shard " + std::to_string(s) + " points nowhere"};
+  }
+  *out = std::make_unique<LineHT>(ctx, ctx.pool.root());
+  return Status::Ok();
+}
+
+LineHT::Hashed LineHT::hashed(std::string_view key) const {
+  uint64_t h = common::Items::hash(key);
+  return {h, items_.key_word(key, h), static_cast<uint32_t>(common::fast_range(h >> 32, nshards_)),
+          tag_of(h)};
+}
+
+// The DRAM view of a shard from its PM buckets: each live slot's tag, and for each home
+// bucket the longest distance one of its keys lies from it.
+LineHT::View* LineHT::build_view(uint64_t packed) const {
+  uint64_t n = packed_count(packed);
+  Bucket* b0 = buckets(packed);
+  std::vector<uint64_t> w(n, 0);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t m = b0[i].load_meta();
+    for (uint32_t mask = Bucket::valid(m); mask; mask &= mask - 1) {
+      int pos = std::countr_zero(mask);
+      uint64_t h = items_.slot_hash(load_word(b0[i].slots[pos].key));
+      w[i] = Filter::with_slot(w[i], pos, tag_of(h));
+      uint64_t hm = home(h, n), dist = (i + n - hm) % n;
+      if (dist > Filter::reach(w[hm])) w[hm] = Filter::with_reach(w[hm], uint32_t(dist));
+    }
+  }
+  auto* v = new View{packed, b0, n, std::make_unique<std::atomic<uint64_t>[]>(n)};
+  for (uint64_t i = 0; i < n; ++i) v->filter[i].store(w[i], std::memory_order_relaxed);
+  return v;
+}
+
+LineHT::View* LineHT::locked_view(uint32_t shard) {
+  ShardMirror& sm = shards_[shard];
+  View* v = sm.view.load(std::memory_order_acquire);
+  if (v == nullptr) {
+    v = build_view(load_word(dir_[shard]));
+    sm.view.store(v, std::memory_order_release);
+  }
+  return v;
+}
+
+LineHT::View* LineHT::view(uint32_t shard) {
+  View* v = shards_[shard].view.load(std::memory_order_acquire);
+  if (v != nullptr) return v;
+  std::lock_guard<std::mutex> lock(shards_[shard].write_lock);  // once per shard and open
+  return locked_view(shard);
+}
+
+// Optimistic read of one bucket (TurboHash Algorithm 1 on one line): the candidate slots
+// between two loads of the commit word. Returns the slot holding the key, or -1.
+int LineHT::read_bucket(const Bucket& b, uint32_t candidates, const Hashed& k, std::string_view key,
+                        std::string* value) const {
+  ThreadStats& ts = tstats_[threads_.id()];
+  for (;;) {
+    uint64_t m1 = b.load_meta();
+    int hit = -1;
+    bool readable = true;
+    for (uint32_t mask = candidates & Bucket::valid(m1); mask && hit < 0; mask &= mask - 1) {
+      int pos = std::countr_zero(mask);
+      uint64_t kw = load_word(b.slots[pos].key), vw = load_word(b.slots[pos].value);
+      if (!items_.matches(kw, vw, key, k.kw)) continue;
+      hit = pos;
+      readable = items_.read_value(vw, value);
+    }
+    if (b.load_meta() != m1) {
+      bump(ts.retries);
+      continue;
+    }
+    // A consistent snapshot names an item that cannot be parsed: a damaged pool. Report the
+    // key absent rather than retry forever (check() names the slot).
+    if (!readable) hit = -1;
+    // A write in flight: persist what we act on, a hit or a miss (a delete's cleared bit)
+    // alike (link-and-persist, pm/publish.hpp).
+    if (m1 & kUnpersisted) pool_.persister().persist(&b, sizeof b);
+    return hit;
+  }
+}
+
+// Lock-free: the filter words of the probe sequence, then only the PM lines whose tags
+// match (one line for a hit, none for a miss but for a 16-bit tag collision).
+Status LineHT::get(std::string_view key, std::string* value) {
+  Hashed k = hashed(key);
+  ThreadStats& ts = tstats_[threads_.id()];
+  pm::Epochs::Guard guard(epochs_);
+  View* v = view(k.shard);
+  bump(ts.reads);
+  if (!use_filter_) return get_unfiltered(*v, k, key, value);
+  uint64_t hm = home(k.h, v->n), reach = Filter::reach(v->word(hm));
+  for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v->n ? 0 : j + 1) {
+    uint32_t candidates = Filter::match(v->word(j), k.tag);
+    if (candidates == 0) continue;
+    bump(ts.pm_reads);
+    if (read_bucket(v->b0[j], candidates, k, key, value) >= 0) return Status::Ok();
+  }
+  return {Code::kNotFound, "key not found"};
+}
+
+// Without the filter (run-time `filter=off`, to measure what it buys): every bucket of the
+// probe sequence is read from PM.
+Status LineHT::get_unfiltered(const View& v, const Hashed& k, std::string_view key,
+                              std::string* value) {
+  ThreadStats& ts = tstats_[threads_.id()];
+  for (uint64_t d = 0, j = home(k.h, v.n); d < probe(v.n); ++d, j = j + 1 == v.n ? 0 : j + 1) {
+    bump(ts.pm_reads);
+    if (read_bucket(v.b0[j], kValidMask, k, key, value) >= 0) return Status::Ok();
+  }
+  return {Code::kNotFound, "key not found"};
+}
+
+// Writers hold the shard's lock: PM and the filter agree, no validation needed.
+LineHT::Place LineHT::find_locked(const View& v, const Hashed& k, std::string_view key) const {
+  uint64_t hm = home(k.h, v.n), reach = Filter::reach(v.word(hm));
+  for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v.n ? 0 : j + 1)
+    for (uint32_t mask = Filter::match(v.word(j), k.tag); mask; mask &= mask - 1) {
+      int pos = std::countr_zero(mask);
+      const Slot& s = v.b0[j].slots[pos];
+      if (items_.matches(s.key, s.value, key, k.kw)) return {j, pos};
+    }
+  return {};
+}
+
+// Linear probing over buckets: the first bucket with a free slot within the probe bound.
+LineHT::Place LineHT::free_slot(const View& v, uint64_t hm) const {
+  for (uint64_t d = 0, j = hm; d < probe(v.n); ++d, j = j + 1 == v.n ? 0 : j + 1) {
+    uint32_t f = ~Filter::valid(v.word(j)) & kValidMask;
+    if (f) return {j, std::countr_zero(f)};
+  }
+  return {};
+}
+
+// Slot words, then the commit word in the same line: one flush, one fence (SmartHT's
+// merged flush; the commit is WOPHI's single 8-byte store). The filter follows the commit.
+Status LineHT::insert_at(View& v, const Hashed& k, Place at, std::string_view key,
+                         std::string_view value) {
+  common::Items::New item;
+  Status s = items_.make(key, value, k.kw, &item);
+  if (!s.ok()) return s;
+  const pm::Persister& p = pool_.persister();
+  Bucket& b = v.b0[at.j];
+  bool reorder = PMHASH_MUTATION(pool_, kMutationCommitBeforeSlot);
+  if (!reorder) {
+    store_word(b.slots[at.pos].key, item.key_word);
+    store_word(b.slots[at.pos].value, item.value_word);
+  }
+  uint64_t m = b.load_meta();
+  uint64_t nm = Bucket::next(m, Bucket::valid(m) | (1u << at.pos));
+  if (items_.variable()) {
+    p.persist(&b, sizeof b);  // the redo log's replay does not follow the line's order
+    pm::Tx tx(alloc_);
+    tx.publish(item.item);
+    tx.store(&b.meta, nm);
+    tx.commit();
+  } else {
+    p.line_order(&b);
+    pm::publish_persisted(p, &b.meta, nm, kUnpersisted);
+  }
+  if (reorder) {
+    store_word(b.slots[at.pos].key, item.key_word);
+    store_word(b.slots[at.pos].value, item.value_word);
+    p.persist(&b, sizeof b);
+  }
+  v.set(at.j, Filter::with_slot(v.word(at.j), at.pos, k.tag));
+  uint64_t hm = home(k.h, v.n), dist = (at.j + v.n - hm) % v.n, hw = v.word(hm);
+  if (dist > Filter::reach(hw)) v.set(hm, Filter::with_reach(hw, uint32_t(dist)));
+  return Status::Ok();
+}
+
+// Fixed format: the value word in place, inside a marked commit word (a reader that meets
+// the mark persists the line before it returns): one flush, one fence. Variable: a new
+// item swapped in with the old one freed, in one allocator commit.
+Status LineHT::update_at(View& v, const Hashed& k, Place at, std::string_view key,
+                         std::string_view value) {
+  common::Items::New item;
+  Status s = items_.make(key, value, k.kw, &item);
+  if (!s.ok()) return s;
+  Bucket& b = v.b0[at.j];
+  if (items_.variable()) {
+    items_.replace_value(b.slots[at.pos].value, item);
+    return Status::Ok();
+  }
+  uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m));
+  std::atomic_ref<uint64_t> meta(b.meta);
+  meta.store(nm | kUnpersisted, std::memory_order_release);
+  store_word(b.slots[at.pos].value, item.value_word);
+  pool_.persister().persist(&b, sizeof b);
+  meta.store(nm, std::memory_order_release);
+  return Status::Ok();
+}
+
+Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
+  Hashed k = hashed(key);
+  std::lock_guard<std::mutex> lock(shards_[k.shard].write_lock);
+  for (;;) {
+    View* v = locked_view(k.shard);
+    Place at = find_locked(*v, k, key);
+    if (at.found()) {
+      if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
+      return update_at(*v, k, at, key, value);
+    }
+    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+    at = free_slot(*v, home(k.h, v->n));
+    if (at.found()) return insert_at(*v, k, at, key, value);
+    Status s = resize(k.shard);  // no free slot within the probe bound
+    if (!s.ok()) return s;
+  }
+}
+
+// The valid bit cleared and the sequence advanced in one 8-byte store, persisted before the
+// filter forgets the slot (the reach stays: it only shrinks when the shard is rebuilt).
+Status LineHT::remove(std::string_view key) {
+  Hashed k = hashed(key);
+  std::lock_guard<std::mutex> lock(shards_[k.shard].write_lock);
+  View* v = locked_view(k.shard);
+  Place at = find_locked(*v, k, key);
+  if (!at.found()) return {Code::kNotFound, "key not found"};
+  Bucket& b = v->b0[at.j];
+  uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m) & ~(1u << at.pos));
+  if (items_.variable()) {  // the item is freed with the same commit (epoch-deferred reuse)
+    pm::Tx tx(alloc_);
+    tx.store(&b.meta, nm);
+    tx.free(b.slots[at.pos].value);
+    tx.commit();
+  } else {
+    pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
+  }
+  v->set(at.j, Filter::without_slot(v->word(at.j), at.pos));
+  return Status::Ok();
+}
+
+bool LineHT::place(Bucket* b0, uint64_t n, const Slot& s) const {
+  uint64_t hm = home(items_.slot_hash(s.key), n);
+  for (uint64_t d = 0, j = hm; d < probe(n); ++d, j = j + 1 == n ? 0 : j + 1) {
+    int pos = Bucket::free_slot(b0[j].meta);
+    if (pos < 0) continue;
+    b0[j].slots[pos] = s;
+    b0[j].meta = Bucket::make(Bucket::valid(b0[j].meta) | (1u << pos), 0);
+    return true;
+  }
+  return false;
+}
+
+// TurboHash §3.5, one shard at a time: its live items placed into a shard of twice the
+// buckets in DRAM, written to PM sequentially and persisted; the new view is published to
+// readers, then the directory word, the allocation and the old shard's free commit at once.
+// Readers still on the old shard keep reading it (unchanged) until their grace period ends.
+Status LineHT::resize(uint32_t shard) {
+  ShardMirror& sm = shards_[shard];
+  View* old = sm.view.load(std::memory_order_relaxed);
+  std::vector<Slot> live;
+  for (uint64_t i = 0; i < old->n; ++i) {
+    const Bucket& b = old->b0[i];
+    for (uint32_t mask = Bucket::valid(b.meta); mask; mask &= mask - 1)
+      live.push_back(b.slots[std::countr_zero(mask)]);
+  }
+  std::vector<Bucket> nb;
+  uint64_t nn = old->n * 2;
+  for (;; nn *= 2) {
+    if (nn > kMaxShardBuckets)
+      return {Code::kPoolFull, "lineht: shard " + std::to_string(shard) + " cannot grow further"};
+    nb.assign(nn, Bucket{});
+    bool ok = true;
+    for (const Slot& s : live)
+      if (!(ok = place(nb.data(), nn, s))) break;
+    if (ok) break;
+  }
+  pm::Reservation r = alloc_.reserve(nn * sizeof(Bucket));
+  if (!r)
+    return {Code::kPoolFull,
+            "pool full: cannot resize a shard to " + std::to_string(nn) + " buckets"};
+  const pm::Persister& p = pool_.persister();
+  p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
+  p.fence();
+  sm.view.store(build_view(pack(nn, r.off)), std::memory_order_release);
+  pm::Tx tx(alloc_);
+  tx.publish(r);
+  tx.store(&dir_[shard], pack(nn, r.off));
+  tx.free(packed_offset(old->packed));
+  tx.commit();
+  epochs_.retire([old] { delete old; });  // published the new view first
+  ThreadStats& ts = tstats_[threads_.id()];
+  bump(ts.resizes);
+  bump(ts.moved, live.size());
+  return Status::Ok();
+}
+
+// The shard's current bucket array (its view's, or the directory's before first use).
+uint64_t LineHT::current(uint64_t s) const {
+  const View* v = shards_[s].view.load(std::memory_order_acquire);
+  return v != nullptr ? v->packed : load_word(dir_[s]);
+}
+
+uint64_t LineHT::size() const {
+  pm::Epochs::Guard guard(epochs_);  // shards may be resized and freed
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = current(s);
+    const Bucket* b0 = buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i)
+      total += std::popcount(Bucket::valid(b0[i].load_meta()));
+  }
+  return total;
+}
+
+uint64_t LineHT::capacity_slots() const {
+  pm::Epochs::Guard guard(epochs_);
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < nshards_; ++s) total += packed_count(current(s)) * kSlots;
+  return total;
+}
+
+uint64_t LineHT::dram_bytes() const {
+  pm::Epochs::Guard guard(epochs_);
+  uint64_t total = nshards_ * sizeof(ShardMirror);
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    const View* v = shards_[s].view.load(std::memory_order_acquire);
+    if (v != nullptr) total += sizeof(View) + v->n * sizeof(uint64_t);
+  }
+  return total;
+}
+
+void LineHT::counters(std::map<std::string, double>* out) const {
+  uint64_t rd = 0, pr = 0, rs = 0, mv = 0, rt = 0;
+  for (unsigned t = 0; t < threads_.high_water(); ++t) {
+    rd += tstats_[t].reads.load(std::memory_order_relaxed);
+    pr += tstats_[t].pm_reads.load(std::memory_order_relaxed);
+    rs += tstats_[t].resizes.load(std::memory_order_relaxed);
+    mv += tstats_[t].moved.load(std::memory_order_relaxed);
+    rt += tstats_[t].retries.load(std::memory_order_relaxed);
+  }
+  (*out)["reads"] = double(rd);  // raw sums: the bench takes per-phase deltas
+  (*out)["pm_lines_read"] = double(pr);
+  (*out)["pm_lines_per_read"] = rd ? double(pr) / double(rd) : 0;
+  (*out)["shard_resizes"] = double(rs);
+  (*out)["records_moved"] = double(mv);
+  (*out)["read_retries"] = double(rt);
+  (*out)["shards"] = double(nshards_);
+}
+
+bool LineHT::check_shard(uint64_t s, std::string* report) const {
+  bool ok = true;
+  auto bad = [&](const std::string& what) {
+    ok = false;
+    *report += "lineht: shard " + std::to_string(s) + ": " + what + "\n";
+  };
+  const View* v = shards_[s].view.load(std::memory_order_acquire);
+  uint64_t packed = load_word(dir_[s]);
+  if (v != nullptr && v->packed != packed) bad("DRAM view differs from the directory");
+  const Bucket* b0 = buckets(packed);
+  uint64_t n = packed_count(packed);
+  std::unordered_set<std::string> seen;
+  for (uint64_t i = 0; i < n && ok; ++i) {
+    uint64_t m = b0[i].load_meta();
+    std::string where = "bucket " + std::to_string(i);
+    if (m & 0xFFFF'FFFFull & ~(kValidMask | kUnpersisted)) bad(where + ": stray metadata bits");
+    if (v != nullptr && Filter::valid(v->word(i)) != Bucket::valid(m))
+      bad(where + ": filter valid bits differ from PM");
+    for (uint32_t mask = Bucket::valid(m); mask; mask &= mask - 1) {
+      int pos = std::countr_zero(mask);
+      const Slot& sl = b0[i].slots[pos];
+      std::string at = where + " slot " + std::to_string(pos);
+      if (items_.variable()) {
+        std::string_view k;
+        if (!items_.item_key(sl.value, &k) || alloc_.block_size(sl.value) == 0) {
+          bad(at + ": points to no item");
+          continue;
+        }
+        if (common::Items::hash(k) != sl.key) bad(at + ": item key does not hash to slot");
+      }
+      uint64_t h = items_.slot_hash(sl.key), hm = home(h, n), dist = (i + n - hm) % n;
+      if (common::fast_range(h >> 32, nshards_) != s) bad(at + ": key in the wrong shard");
+      if (dist >= probe(n)) bad(at + ": key beyond its probe sequence");
+      if (!seen.insert(items_.slot_key_bytes(sl)).second) bad(at + ": key stored twice");
+      if (v == nullptr) continue;
+      if (Filter::tag(v->word(i), pos) != tag_of(h)) bad(at + ": filter tag mismatch");
+      if (Filter::reach(v->word(hm)) < dist) bad(at + ": beyond its home bucket's reach");
+    }
+  }
+  return ok;
+}
+
+bool LineHT::check(std::string* report) const {
+  pm::Epochs::Guard guard(epochs_);
+  bool ok = true;
+  for (uint64_t s = 0; s < nshards_; ++s) ok = check_shard(s, report) && ok;
+  return ok;
+}
+
+void LineHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+  pm::Epochs::Guard guard(epochs_);  // shards may be resized and freed
+  fn(root_off_);
+  fn(root_->directory);
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = current(s);
+    fn(packed_offset(packed));
+    if (!items_.variable()) continue;
+    const Bucket* b0 = buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i)
+      for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1)
+        fn(load_word(b0[i].slots[std::countr_zero(mask)].value));
+  }
+}
+
+void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {
+  pm::Epochs::Guard guard(epochs_);  // shards may be resized and freed
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = current(s);
+    const Bucket* b0 = buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i)
+      for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1) {
+        const Slot& sl = b0[i].slots[std::countr_zero(mask)];
+        fn(Slot{load_word(sl.key), load_word(sl.value)});
+      }
+  }
+}
+
+}  // namespace pmhash::lineht
+
+namespace pmhash {
+namespace lineht {
+Status validate(const SchemeContext& ctx);  // validate.cpp
+}
+extern const SchemeFactory kLineHTFactory;
+const SchemeFactory kLineHTFactory = {
+    "lineht",
+    &lineht::LineHT::layout,
+    &lineht::LineHT::create,
+    &lineht::LineHT::open,
+    &lineht::validate,
+    &check_runtime<lineht::LineHT::Runtime, &lineht::LineHT::parse_runtime>};
+}  // namespace pmhash

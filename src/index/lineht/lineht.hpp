@@ -1,0 +1,143 @@
+// LineHT: pmhash's own scheme, composed from the five papers for memory read in 64-byte
+// lines (CXL, DRAM-backed pools, PM without Optane's 256-byte blocks). One-line buckets
+// written with one flush and one fence (SmartHT's merged flush, WOPHI's log-free 8-byte
+// commit), a DRAM filter word per bucket so a lookup reads PM only where a 16-bit tag
+// matches (HDNH's OCF, SmartHT's VFL), shards resized one at a time by copy-on-write
+// (TurboHash §3.5) and instant recovery with the DRAM filter rebuilt lazily per shard
+// (TurboHash §3.7). docs/schemes/lineht.md maps each part to its paper.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "index/lineht/bucket.hpp"
+#include "index/scheme.hpp"
+
+namespace pmhash::lineht {
+
+// PM root object (64 B).
+struct Root {
+  uint64_t magic;  // kRootMagic
+  uint64_t nshards;
+  uint64_t probe;      // the longest probe sequence, in buckets
+  uint64_t directory;  // offset of nshards shard words
+  uint64_t reserved[4];
+};
+inline constexpr uint64_t kRootMagic = 0x5448'454e'494c'4850ull;  // "PHLINEHT"
+
+// A shard word of the directory: bucket count << 44 | offset of the bucket array. A resize
+// publishes a new shard by one 8-byte store of this word (in the allocator's commit).
+inline constexpr int kCountShift = 44;
+inline uint64_t pack(uint64_t buckets, uint64_t off) {
+  return (buckets << kCountShift) | off;
+}
+inline uint64_t packed_count(uint64_t p) {
+  return p >> kCountShift;
+}
+inline uint64_t packed_offset(uint64_t p) {
+  return p & ((uint64_t{1} << kCountShift) - 1);
+}
+inline constexpr uint64_t kMaxShardBuckets = (uint64_t{1} << (64 - kCountShift)) - 1;
+inline constexpr uint64_t kMaxProbe = 32;  // fits the filter word's 6-bit reach
+inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
+
+// Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
+inline constexpr uint64_t kMutationCommitBeforeSlot = 16;  // insert: commit, then write the slot
+
+class LineHT final : public Scheme {
+ public:
+  LineHT(SchemeContext& ctx, uint64_t root_off);
+  ~LineHT() override;
+  static Status layout(const Options& o, common::Params* layout);
+  struct Runtime {
+    bool filter = true;  // `filter`: readers consult the DRAM filter (off: PM buckets only)
+  };
+  static Status parse_runtime(const common::Params& params, Runtime* out);
+  static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
+  static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
+
+  Status put(std::string_view key, std::string_view value, PutMode mode) override;
+  Status get(std::string_view key, std::string* value) override;
+  Status remove(std::string_view key) override;
+  uint64_t size() const override;
+  uint64_t capacity_slots() const override;
+  uint64_t dram_bytes() const override;
+  void counters(std::map<std::string, double>* out) const override;
+  bool check(std::string* report) const override;
+  void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
+  void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+
+ private:
+  // A shard as DRAM sees it: its PM buckets and one filter word per bucket. Replaced whole
+  // (publish, then retire) when the shard is resized.
+  struct View {
+    uint64_t packed;
+    Bucket* b0;
+    uint64_t n;
+    std::unique_ptr<std::atomic<uint64_t>[]> filter;
+    uint64_t word(uint64_t i) const { return filter[i].load(std::memory_order_acquire); }
+    void set(uint64_t i, uint64_t w) { filter[i].store(w, std::memory_order_release); }
+  };
+  // Null until the shard is first touched after open (lazy rebuild: instant recovery).
+  struct alignas(64) ShardMirror {
+    std::atomic<View*> view{nullptr};
+    std::mutex write_lock;
+  };
+  struct alignas(64) ThreadStats {
+    std::atomic<uint64_t> pm_reads{0}, reads{0}, resizes{0}, moved{0}, retries{0};
+  };
+  struct Hashed {
+    uint64_t h, kw;
+    uint32_t shard;
+    uint16_t tag;
+  };
+  struct Place {  // a slot: bucket index and slot number
+    uint64_t j = 0;
+    int pos = -1;
+    bool found() const { return pos >= 0; }
+  };
+
+  static uint16_t tag_of(uint64_t h) {
+    return static_cast<uint16_t>((h * 0x9E3779B97F4A7C15ull) >> 48);
+  }
+  static uint64_t home(uint64_t h, uint64_t n) { return common::fast_range(uint32_t(h), n); }
+  uint64_t probe(uint64_t n) const { return std::min<uint64_t>(probe_, n); }
+  Hashed hashed(std::string_view key) const;
+  Bucket* buckets(uint64_t packed) const { return pool_.ptr<Bucket>(packed_offset(packed)); }
+
+  View* view(uint32_t shard);         // the shard's view, built on first use
+  View* locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
+  uint64_t current(uint64_t shard) const;
+  View* build_view(uint64_t packed) const;
+  Status get_unfiltered(const View& v, const Hashed& k, std::string_view key, std::string* value);
+  Place find_locked(const View& v, const Hashed& k, std::string_view key) const;
+  Place free_slot(const View& v, uint64_t home) const;
+  int read_bucket(const Bucket& b, uint32_t candidates, const Hashed& k, std::string_view key,
+                  std::string* value) const;
+  Status insert_at(View& v, const Hashed& k, Place at, std::string_view key,
+                   std::string_view value);
+  Status update_at(View& v, const Hashed& k, Place at, std::string_view key,
+                   std::string_view value);
+  Status resize(uint32_t shard);  // caller holds the shard's write lock
+  bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
+  bool check_shard(uint64_t s, std::string* report) const;
+  static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
+    c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+  }
+
+  pm::Pool& pool_;
+  pm::Allocator& alloc_;
+  pm::Epochs& epochs_;
+  pm::ThreadRegistry& threads_;
+  const common::Items& items_;
+  uint64_t root_off_;
+  Root* root_;
+  uint64_t* dir_;
+  uint64_t nshards_, probe_;
+  bool use_filter_;
+  std::unique_ptr<ShardMirror[]> shards_;
+  std::unique_ptr<ThreadStats[]> tstats_;
+};
+
+}  // namespace pmhash::lineht
