@@ -15,10 +15,6 @@ using common::store_word;
 
 namespace {
 
-inline void cpu_relax() {
-  asm volatile("pause" ::: "memory");
-}
-
 inline uint8_t load_byte(const uint8_t& b) {
   return std::atomic_ref<uint8_t>(const_cast<uint8_t&>(b)).load(std::memory_order_relaxed);
 }
@@ -26,28 +22,8 @@ inline void store_byte(uint8_t& b, uint8_t v) {
   std::atomic_ref<uint8_t>(b).store(v, std::memory_order_relaxed);
 }
 
-// Zone word: state in bits 0..1, thread counter above.
-constexpr uint32_t kExclusive = 0, kRequest = 1, kShared = 2;
-inline uint32_t zstate(uint32_t w) {
-  return w & 3;
-}
-inline uint32_t zcount(uint32_t w) {
-  return w >> 2;
-}
-
 constexpr uint64_t kRecovering = uint64_t{1} << 63;
 constexpr uint64_t kNoExpansion = ~uint64_t{0};
-
-void spin_lock(std::atomic<uint32_t>& l) {
-  for (int spins = 0;; ++spins) {
-    uint32_t z = 0;
-    if (l.load(std::memory_order_relaxed) == 0 &&
-        l.compare_exchange_weak(z, 1, std::memory_order_acquire))
-      return;
-    if (spins > 64) std::this_thread::yield();
-    cpu_relax();
-  }
-}
 
 // The low 32 bits (version and lock) kept, allocation and membership replaced.
 inline uint64_t with_bits(uint64_t w, uint32_t alloc, uint32_t member) {
@@ -71,11 +47,11 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
       nbuckets_(root_->segment_bytes / sizeof(Bucket) - 1 - kStash),
       seg_bytes_(root_->segment_bytes),
       gen_(root_->open_gen),
+      rt_(runtime_config<Runtime, &parse_runtime>(ctx)),
+      zone_threads_(static_cast<unsigned>(rt_.zone_threads)),
+      opportunistic_(rt_.opportunistic),
+      zones_(1u << zone_bits_, opportunistic_),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
-  Runtime rt = runtime_config<Runtime, &parse_runtime>(ctx);
-  zone_threads_ = static_cast<unsigned>(rt.zone_threads);
-  opportunistic_ = rt.opportunistic;
-  zones_.reset(new Zone[uint64_t{1} << zone_bits_]);
   latest_.store(root_->latest_dir);
   // §III-F: instant recovery — only the split records are looked at (cases 2 and 4); the
   // directory array is published atomically with its allocation (case 3); bucket locks are
@@ -267,69 +243,6 @@ bool Pmeh::is_local(uint32_t z) const {
   unsigned tid = threads_.id();
   return opportunistic_ && tid < zone_threads_ && z % zone_threads_ == tid;
 }
-
-// Algorithm 7's state switch. The local thread writes lock-free while the zone is
-// exclusive; it marks itself active first, so a requester switches the zone to shared only
-// when the local thread is outside its lock-free section (the paper lets the local thread
-// flip it on its next access, which never comes if that thread is idle).
-Pmeh::ZoneMode Pmeh::enter(uint32_t z, bool local) {
-  if (!opportunistic_) return ZoneMode::kShared;  // the all-locking baseline
-  Zone& zn = zones_[z];
-  if (local) {
-    zn.owner_active.store(1, std::memory_order_seq_cst);
-    if (zstate(zn.word.load(std::memory_order_seq_cst)) == kExclusive) return ZoneMode::kExclusive;
-    zn.owner_active.store(0, std::memory_order_release);
-  }
-  for (;;) {
-    uint32_t w = zn.word.load(std::memory_order_acquire);
-    switch (zstate(w)) {
-      case kExclusive:  // request access (Fig. 7)
-        zn.word.compare_exchange_weak(w, kRequest, std::memory_order_seq_cst);
-        break;
-      case kRequest:
-        if (local || zn.owner_active.load(std::memory_order_seq_cst) == 0)
-          zn.word.compare_exchange_weak(w, kShared, std::memory_order_seq_cst);
-        else
-          cpu_relax();
-        break;
-      default:  // shared: count this thread in
-        if (zn.word.compare_exchange_weak(w, w + 4, std::memory_order_acq_rel))
-          return ZoneMode::kShared;
-        break;
-    }
-  }
-}
-
-void Pmeh::exit(uint32_t z, ZoneMode m) {
-  if (!opportunistic_) return;
-  Zone& zn = zones_[z];
-  if (m == ZoneMode::kExclusive) {
-    zn.owner_active.store(0, std::memory_order_release);
-    return;
-  }
-  // The last thread out returns the zone to exclusive (atomically with the count).
-  uint32_t w = zn.word.load(std::memory_order_relaxed);
-  for (;;) {
-    uint32_t nw = zcount(w) == 1 ? kExclusive : w - 4;
-    if (zn.word.compare_exchange_weak(w, nw, std::memory_order_acq_rel)) return;
-  }
-}
-
-namespace {
-// The zone lock, taken only in shared mode (the local thread in exclusive mode is alone).
-struct ZoneLock {
-  std::atomic<uint32_t>* l = nullptr;
-  ZoneLock(std::atomic<uint32_t>& lock, bool take) {
-    if (take) {
-      l = &lock;
-      spin_lock(lock);
-    }
-  }
-  ~ZoneLock() {
-    if (l) l->store(0, std::memory_order_release);
-  }
-};
-}  // namespace
 
 // ---- buckets ----
 
@@ -807,7 +720,7 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
     pm::Epochs::Guard guard(epochs_, threads_.id());
     uint64_t so;
     {  // the directory is read inside the zone (see zone_segment); segments are never freed
-      ZoneLock zl(zones_[z].lock, zm == ZoneMode::kShared);
+      ZoneLock zl(zones_.lock(z), zm == ZoneMode::kShared);
       so = zone_segment(z, k.h);
     }
     if (so == 0) {  // only a damaged pool: the zone's fill found no older entry
@@ -933,7 +846,7 @@ Status Pmeh::split_or_expand(uint64_t seg_off, uint64_t h, uint32_t z, ZoneMode 
   uint64_t kd;
   uint32_t child = 0;
   {
-    ZoneLock zl(zones_[z].lock, m == ZoneMode::kShared);
+    ZoneLock zl(zones_.lock(z), m == ZoneMode::kShared);
     kd = latest_.load(std::memory_order_acquire);
     Directory* d = dir(kd);  // not freed while this thread is in the zone (zone_segment)
     if (d == nullptr) return Status::Ok();  // retry
@@ -983,7 +896,7 @@ void Pmeh::fill_every_zone(uint64_t k) {
   for (uint32_t z = 0; z < nz; ++z) {
     ZoneMode zm = enter(z, is_local(z));
     {
-      ZoneLock zl(zones_[z].lock, zm == ZoneMode::kShared);
+      ZoneLock zl(zones_.lock(z), zm == ZoneMode::kShared);
       if (latest_.load(std::memory_order_acquire) == k) update_zone_entries(z, k);
     }
     exit(z, zm);
@@ -1261,7 +1174,7 @@ uint64_t Pmeh::capacity_slots() const {
 }
 
 uint64_t Pmeh::dram_bytes() const {
-  return (uint64_t{1} << zone_bits_) * sizeof(Zone);
+  return (uint64_t{1} << zone_bits_) * Zones::kBytesPerZone;
 }
 
 void Pmeh::counters(std::map<std::string, double>* out) const {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "index/pmeh/zones.hpp"
 #include "index/scheme.hpp"
 
 namespace pmhash::pmeh {
@@ -176,7 +177,6 @@ class Pmeh final : public Scheme {
   uint64_t stale_overflow_entries() const;
 
  private:
-  enum class ZoneMode { kExclusive, kShared };
   struct Hashed {
     uint64_t h, kw;
     uint8_t fp;
@@ -187,12 +187,6 @@ class Pmeh final : public Scheme {
     bool stash = false;
     int home_ofp = -1;  // the overflow fingerprint that points at it (-1: counted)
     Bucket* ofp_bucket = nullptr;
-  };
-  // Zone state (§III-D, Fig. 7): exclusive, request or shared, with a thread counter.
-  struct alignas(64) Zone {
-    std::atomic<uint32_t> word{0};          // state (2 bits) | counter << 2
-    std::atomic<uint32_t> owner_active{0};  // the local thread is inside a lock-free write
-    std::atomic<uint32_t> lock{0};          // zone lock (splits, entry updates when shared)
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> lock_free{0}, locked{0}, retries{0};
@@ -220,8 +214,8 @@ class Pmeh final : public Scheme {
   uint64_t find_segment(uint64_t h, bool* from_latest) const;
   uint64_t zone_segment(uint32_t z, uint64_t h);
 
-  ZoneMode enter(uint32_t z, bool local);
-  void exit(uint32_t z, ZoneMode m);
+  ZoneMode enter(uint32_t z, bool local) { return zones_.enter(z, local); }
+  void exit(uint32_t z, ZoneMode m) { zones_.exit(z, m); }
   bool is_local(uint32_t z) const;
 
   // Buckets (Dash: balanced insert, displacement, stash).
@@ -269,10 +263,11 @@ class Pmeh final : public Scheme {
   uint64_t nbuckets_;  // normal buckets per segment
   uint64_t seg_bytes_;
   uint64_t gen_;
+  Runtime rt_;
   unsigned zone_threads_;
   bool opportunistic_;
   std::atomic<uint64_t> latest_{0};
-  std::unique_ptr<Zone[]> zones_;
+  Zones zones_;
   std::mutex dir_mu_;
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> splits_{0}, moved_{0}, expansions_{0}, displaced_{0}, stashed_{0};
