@@ -128,6 +128,11 @@ class Pmeh final : public Scheme {
   void fill_every_zone(uint64_t k);
   void update_zone_entries(uint32_t z, uint64_t k);
   Status split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z, ZoneMode m);
+  bool build_child(SegmentHeader* s, uint64_t meta, uint32_t child, SegmentHeader* n,
+                   uint64_t* moved);
+  bool place_moved(Bucket* nb, const common::Slot& sl, uint64_t h);
+  void publish_split(uint32_t z, uint64_t k, uint64_t seg_off, const pm::Reservation& r,
+                     uint32_t child, uint64_t meta);
   void finish_split(uint32_t z);  // steps after the commit; redone by recovery
   void recover();                 // §III-F at construction: every zone's split record
   void free_old_directories(uint64_t k);

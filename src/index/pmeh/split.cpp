@@ -58,71 +58,91 @@ Status Pmeh::split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z,
       for (uint64_t i = total; i-- > 0;) unlock_bucket(bs[i]);
   };
   uint64_t meta = load_word(s->meta);
-  uint32_t l = seg::depth(meta);
   pm::Reservation r = alloc_.reserve(seg_bytes_);
   if (!r) {
     unlock_all();
     return {Code::kPoolFull, "pool full: no space for a pmeh segment"};
   }
-  auto* n = pool_.ptr<SegmentHeader>(r.off);
-  std::memset(static_cast<void*>(n), 0, seg_bytes_);
-  n->meta = seg::make(l + shift_, (seg::pattern(meta) << shift_) | child, 0);
-  n->lock_gen = gen_;
-  Bucket* nb = buckets(n);
   uint64_t moved = 0;
-  bool ok = true;
-  for (uint64_t i = 0; i < total && ok; ++i) {
-    uint64_t w = load_word(bs[i].word0);
-    for (uint32_t a = word::alloc(w); a && ok; a &= a - 1) {
-      const Slot& sl = bs[i].slots[std::countr_zero(a)];
-      uint64_t h = items_.slot_hash(sl.key);
-      if (!covers(meta, h) || ((h << l) >> (64 - shift_)) != child) continue;
-      // Placed as an insert would, without persisting each record (the segment is private).
-      uint64_t b = bucket_of(h), b1 = (b + 1) % nbuckets_;
-      uint8_t fp = static_cast<uint8_t>(h >> 32);
-      auto put_in = [&](Bucket& bk, bool mem) {
-        uint64_t bw = bk.word0;
-        uint32_t ba = word::alloc(bw);
-        if (ba == (1u << kBucketSlots) - 1) return false;
-        int t = std::countr_one(ba);
-        bk.slots[t] = sl;
-        bk.fp[t] = fp;
-        bk.word0 = word::with_bits(bw, ba | (1u << t),
-                                   mem ? word::member(bw) | (1u << t) : word::member(bw));
-        return true;
-      };
-      int c0 = std::popcount(word::alloc(nb[b].word0)),
-          c1 = std::popcount(word::alloc(nb[b1].word0));
-      bool placed =
-          (c0 <= c1 && put_in(nb[b], false)) || put_in(nb[b1], true) || put_in(nb[b], false);
-      for (int st = 0; st < kStash && !placed; ++st) {
-        Bucket& sb = nb[nbuckets_ + st];
-        if (word::alloc(sb.word0) == (1u << kBucketSlots) - 1) continue;
-        Bucket& hb = nb[b];
-        int free_ofp = std::countr_one(static_cast<unsigned>(hb.obits & 0xF));
-        if (free_ofp < kOverflow) {
-          hb.ofp[free_ofp] = fp;
-          hb.ostash = static_cast<uint8_t>(hb.ostash | (st << (2 * free_ofp)));
-          hb.obits = static_cast<uint8_t>(hb.obits | (1u << free_ofp));
-        } else {
-          hb.ocount++;
-        }
-        placed = put_in(sb, false);
-      }
-      ok = placed;
-      ++moved;
-    }
-  }
-  if (!ok) {  // cannot happen with a good hash: the child holds ~1/x of a full segment
+  if (!build_child(s, meta, child, pool_.ptr<SegmentHeader>(r.off), &moved)) {
+    // Cannot happen with a good hash: the child holds ~1/x of a full segment.
     alloc_.cancel(r);
     unlock_all();
     return {Code::kPoolFull, "pmeh: a split could not place the records of a child"};
   }
-  const pm::Persister& p = pool_.persister();
-  if (!PMHASH_MUTATION(pool_, kMutationSplitUnpersisted)) {
-    p.flush(n, seg_bytes_);
-    p.fence();
+  publish_split(z, k, seg_off, r, child, meta);
+  finish_split(z);
+  unlock_all();
+  splits_.fetch_add(1, std::memory_order_relaxed);
+  moved_.fetch_add(moved, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+// The new segment n for child `child` of s (metadata meta): the child's records placed as
+// an insert would place them, with plain stores (n is private until published), persisted
+// once at the end.
+bool Pmeh::build_child(SegmentHeader* s, uint64_t meta, uint32_t child, SegmentHeader* n,
+                       uint64_t* moved) {
+  uint32_t l = seg::depth(meta);
+  std::memset(static_cast<void*>(n), 0, seg_bytes_);
+  n->meta = seg::make(l + shift_, (seg::pattern(meta) << shift_) | child, 0);
+  n->lock_gen = gen_;
+  Bucket* bs = buckets(s);
+  for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
+    for (uint32_t a = word::alloc(load_word(bs[i].word0)); a; a &= a - 1) {
+      const Slot& sl = bs[i].slots[std::countr_zero(a)];
+      uint64_t h = items_.slot_hash(sl.key);
+      if (!covers(meta, h) || ((h << l) >> (64 - shift_)) != child) continue;
+      if (!place_moved(buckets(n), sl, h)) return false;
+      ++*moved;
+    }
   }
+  if (!PMHASH_MUTATION(pool_, kMutationSplitUnpersisted)) {
+    pool_.persister().flush(n, seg_bytes_);
+    pool_.persister().fence();
+  }
+  return true;
+}
+
+// Dash's placement in a private segment: balanced insert into the home bucket or its
+// neighbour, else a stash bucket with an overflow fingerprint (or count) in the home bucket.
+bool Pmeh::place_moved(Bucket* nb, const Slot& sl, uint64_t h) {
+  uint64_t b = bucket_of(h), b1 = (b + 1) % nbuckets_;
+  uint8_t fp = static_cast<uint8_t>(h >> 32);
+  auto put_in = [&](Bucket& bk, bool mem) {
+    uint64_t bw = bk.word0;
+    uint32_t ba = word::alloc(bw);
+    if (ba == (1u << kBucketSlots) - 1) return false;
+    int t = std::countr_one(ba);
+    bk.slots[t] = sl;
+    bk.fp[t] = fp;
+    bk.word0 =
+        word::with_bits(bw, ba | (1u << t), mem ? word::member(bw) | (1u << t) : word::member(bw));
+    return true;
+  };
+  int c0 = std::popcount(word::alloc(nb[b].word0)), c1 = std::popcount(word::alloc(nb[b1].word0));
+  if ((c0 <= c1 && put_in(nb[b], false)) || put_in(nb[b1], true) || put_in(nb[b], false))
+    return true;
+  for (int st = 0; st < kStash; ++st) {
+    Bucket& sb = nb[nbuckets_ + st];
+    if (word::alloc(sb.word0) == (1u << kBucketSlots) - 1) continue;
+    Bucket& hb = nb[b];
+    int free_ofp = std::countr_one(static_cast<unsigned>(hb.obits & 0xF));
+    if (free_ofp < kOverflow) {
+      hb.ofp[free_ofp] = fp;
+      hb.ostash = static_cast<uint8_t>(hb.ostash | (st << (2 * free_ofp)));
+      hb.obits = static_cast<uint8_t>(hb.obits | (1u << free_ofp));
+    } else {
+      hb.ocount++;
+    }
+    return put_in(sb, false);
+  }
+  return false;
+}
+
+// The commit point of a split: the new segment's allocation and zone z's split record.
+void Pmeh::publish_split(uint32_t z, uint64_t k, uint64_t seg_off, const pm::Reservation& r,
+                         uint32_t child, uint64_t meta) {
   SplitRecord& rec = pool_.ptr<SplitRecord>(root_->split_log)[z];
   pm::Tx tx(alloc_);
   tx.publish(r);
@@ -133,11 +153,6 @@ Status Pmeh::split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z,
   tx.store(&rec.old_meta, meta);
   tx.store(&rec.flag, 1);
   tx.commit();
-  finish_split(z);
-  unlock_all();
-  splits_.fetch_add(1, std::memory_order_relaxed);
-  moved_.fetch_add(moved, std::memory_order_relaxed);
-  return Status::Ok();
 }
 
 void Pmeh::finish_split(uint32_t z) {
