@@ -130,6 +130,7 @@ class Pmeh final : public Scheme {
   Status split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z, ZoneMode m);
   bool build_child(SegmentHeader* s, uint64_t meta, uint32_t child, SegmentHeader* n,
                    uint64_t* moved);
+  void persist_child(SegmentHeader* n);
   bool place_moved(Bucket* nb, const common::Slot& sl, uint64_t h);
   void publish_split(uint32_t z, uint64_t k, uint64_t seg_off, const pm::Reservation& r,
                      uint32_t child, uint64_t meta);
