@@ -33,6 +33,60 @@ TEST(PmehBucket, DashLayout) {
   EXPECT_EQ(pmeh::seg::bitmap(m), 0x8002u);
 }
 
+thread_local bool tl_requester = false;  // the paused requester of the test below
+
+// Fig. 7 / Alg. 7: a requester may switch a zone to shared only while the local thread is
+// outside its lock-free section. Here requester B sees the local thread idle, then stalls
+// before its switch; meanwhile C shares the zone and leaves it (exclusive again), local
+// thread A enters lock-free, and D requests the zone once more. B's switch must fail then:
+// before the zone word had a generation, it succeeded (the same "request" word), and B
+// wrote shared-mode beside A's lock-free writes — the TSan race on a zone's split record
+// (finish_split's flag) in ConcurrentInsertsWhileOldDirectoriesAreFreed.
+TEST(PmehZones, AStaleRequestCannotShareAZoneTheLocalThreadWritesLockFree) {
+  pmeh::Zones zones(1, true);
+  std::atomic<int> paused{0}, switches_after{0};
+  std::atomic<bool> resume{false}, done{false}, b_in{false}, d_in{false};
+  zones.before_switch = [&](uint32_t) {
+    if (tl_requester && paused.exchange(1) == 0)
+      while (!resume) std::this_thread::yield();
+  };
+  zones.after_switch = [&](uint32_t) {
+    if (tl_requester) switches_after++;
+  };
+  auto requester = [&](bool pausing, std::atomic<bool>* in) {
+    tl_requester = pausing;
+    pmeh::ZoneMode m = zones.enter(0, false);
+    *in = true;
+    while (!done) std::this_thread::yield();
+    zones.exit(0, m);
+  };
+  std::thread b(requester, true, &b_in);
+  while (paused.load() == 0) std::this_thread::yield();  // B saw the local thread idle
+  pmeh::ZoneMode c = zones.enter(0, false);              // C shares the zone...
+  ASSERT_EQ(c, pmeh::ZoneMode::kShared);
+  zones.exit(0, c);  // ...and leaves it: exclusive again
+  ASSERT_EQ(pmeh::Zones::state(zones.word(0)), pmeh::Zones::kExclusive);
+  pmeh::ZoneMode a = zones.enter(0, true);  // the local thread, lock-free
+  ASSERT_EQ(a, pmeh::ZoneMode::kExclusive);
+  std::thread d(requester, false, &d_in);  // D requests; waits for A
+  while (pmeh::Zones::state(zones.word(0)) != pmeh::Zones::kRequest) std::this_thread::yield();
+  resume = true;
+  while (switches_after.load() == 0) std::this_thread::yield();  // B's switch attempt is over
+  EXPECT_EQ(pmeh::Zones::state(zones.word(0)), pmeh::Zones::kRequest)
+      << "a requester made the zone shared while the local thread was inside it";
+  EXPECT_FALSE(b_in.load());
+  EXPECT_FALSE(d_in.load());
+  zones.exit(0, a);  // A leaves: B and D share the zone
+  while (!b_in || !d_in) std::this_thread::yield();
+  EXPECT_EQ(pmeh::Zones::state(zones.word(0)), pmeh::Zones::kShared);
+  EXPECT_EQ(pmeh::Zones::count(zones.word(0)), 2u);
+  done = true;
+  b.join();
+  d.join();
+  EXPECT_EQ(pmeh::Zones::state(zones.word(0)), pmeh::Zones::kExclusive);
+  EXPECT_EQ(pmeh::Zones::generation(zones.word(0)), 2u);  // back to exclusive twice
+}
+
 class PmehTest : public ::testing::TestWithParam<Format> {
  protected:
   bool fixed() const { return GetParam() == Format::kFixed; }

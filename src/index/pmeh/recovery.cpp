@@ -1,0 +1,117 @@
+// PMEH's instant recovery (§III-F): open bumps the crash version, the constructor redoes
+// the split records (cases 2 and 4), and each segment's locks and displacement leftovers
+// are repaired lazily at its first access (case 5). validate.cpp checks a pool before this.
+#include <set>
+
+#include "index/pmeh/pmeh.hpp"
+
+namespace pmhash::pmeh {
+
+using common::load_word;
+using common::Slot;
+using common::store_word;
+
+namespace {
+// lock_gen while one thread recovers the segment (the others wait for it).
+constexpr uint64_t kRecovering = uint64_t{1} << 63;
+}  // namespace
+
+Status Pmeh::open(SchemeContext& ctx, bool /*clean*/, std::unique_ptr<Scheme>* out) {
+  Root* r = existing_root<Root>(ctx, kRootMagic);
+  if (r == nullptr) return {Code::kCorrupted, "pmeh: root object missing or damaged"};
+  uint64_t zones = uint64_t{1} << std::min<uint64_t>(r->zone_bits, 12);
+  if (r->segment_bytes < 2048 || !std::has_single_bit(r->segment_bytes) || r->split_shift == 0 ||
+      r->split_shift > 4 || r->zone_bits > 12 ||
+      ctx.alloc.block_size(r->split_log) < zones * sizeof(SplitRecord) ||
+      ctx.alloc.block_size(r->dirs[r->latest_dir % kMaxDirs]) < sizeof(Directory))
+    return {Code::kCorrupted, "pmeh: directories or metadata missing or damaged"};
+  // Recovery finds the latest directory through its number (the ring position).
+  uint64_t num = ctx.pool.ptr<Directory>(r->dirs[r->latest_dir % kMaxDirs])->number;
+  if (num != r->latest_dir && !(num == 0 && r->latest_dir < kMaxDirs))
+    return {Code::kCorrupted, "pmeh: the latest directory's number does not match"};
+  for (uint64_t j = 0; j < kMaxDirs; ++j) {
+    if (r->dirs[j] == 0) continue;
+    const auto* d = ctx.pool.ptr<Directory>(r->dirs[j]);
+    if (d->depth > 40 || ctx.alloc.block_size(r->dirs[j]) < sizeof(Directory) + (8ull << d->depth))
+      return {Code::kCorrupted, "pmeh: directory " + std::to_string(j) + " damaged"};
+  }
+  // Every open is a new crash version: a bucket lock bit in PM is never meaningful across
+  // opens (a clean close leaves none, but a damaged pool may hold one and would hang readers),
+  // so each segment's locks are reset, and the segment checked, at its first access.
+  store_word(r->open_gen, r->open_gen + 1);
+  ctx.pool.persister().persist(&r->open_gen, 8);
+  *out = std::make_unique<Pmeh>(ctx, ctx.pool.root());
+  return Status::Ok();
+}
+
+// §III-F: instant recovery — only the split records are looked at (cases 2 and 4); the
+// directory array is published atomically with its allocation (case 3); bucket locks are
+// reset lazily per segment through the crash version (case 5).
+void Pmeh::recover() {
+  for (uint32_t z = 0; z < (1u << zone_bits_); ++z) finish_split(z);
+}
+
+// §III-F case 5: the first access to a segment after an open resets its bucket locks,
+// removes a record a crash during displacement left in two buckets, and clears overflow
+// metadata a crash left pointing at nothing. Until then, size(), for_each() and check()
+// apply the same rules without writing (live_alloc, stale_overflow).
+void Pmeh::ensure_recovered(SegmentHeader* s) {
+  std::atomic_ref<uint64_t> g(s->lock_gen);
+  uint64_t v = g.load(std::memory_order_acquire);
+  if (v == gen_) return;
+  if (v != (gen_ | kRecovering) && g.compare_exchange_strong(v, gen_ | kRecovering)) {
+    Bucket* bs = buckets(s);
+    const pm::Persister& p = pool_.persister();
+    std::vector<uint32_t> keep = kept_alloc(s);
+    for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
+      uint64_t w = load_word(bs[i].word0);
+      uint64_t nw = word::with_bits(w & ~word::kLock, keep[i], word::member(w) & keep[i]);
+      if (nw != w) {
+        store_word(bs[i].word0, nw);
+        p.flush(&bs[i].word0, 8);
+      }
+    }
+    p.fence();
+    trim_overflow(s);
+    g.store(gen_, std::memory_order_release);
+    return;
+  }
+  while (g.load(std::memory_order_acquire) != gen_) cpu_relax();
+}
+
+bool Pmeh::recovered(const SegmentHeader* s) const {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(s->lock_gen))
+             .load(std::memory_order_acquire) == gen_;
+}
+
+// The allocation bits of every bucket without the later copy of a record a crash inside a
+// displacement (copy, then delete) left in two buckets: the first copy in bucket order is
+// kept. Only an unrecovered segment can hold such a copy (identical key and value words:
+// keys are unique, so nothing else can).
+std::vector<uint32_t> Pmeh::kept_alloc(SegmentHeader* s) const {
+  Bucket* bs = buckets(s);
+  std::vector<uint32_t> keep(nbuckets_ + kStash);
+  std::set<std::pair<uint64_t, uint64_t>> seen;
+  for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
+    uint32_t a = word::alloc(load_word(bs[i].word0));
+    for (uint32_t bits = a; bits; bits &= bits - 1) {
+      const Slot& sl = bs[i].slots[std::countr_zero(bits)];
+      if (!seen.insert({load_word(sl.key), load_word(sl.value)}).second)
+        a &= ~(1u << std::countr_zero(bits));
+    }
+    keep[i] = a;
+  }
+  return keep;
+}
+
+// The records of a segment as users see them: with the displacement rule applied if the
+// lazy recovery has not visited the segment yet.
+std::vector<uint32_t> Pmeh::live_alloc(SegmentHeader* s) const {
+  if (!recovered(s)) return kept_alloc(s);
+  std::vector<uint32_t> a(nbuckets_ + kStash);
+  Bucket* bs = buckets(s);
+  for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) a[i] = word::alloc(load_word(bs[i].word0));
+  return a;
+}
+
+}  // namespace pmhash::pmeh
