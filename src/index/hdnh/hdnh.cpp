@@ -174,9 +174,13 @@ Status Hdnh::layout(const Options& o, common::Params* layout) {
   // Bottom-level segments M (the top has 2M): sized from the capacity hint for a load
   // factor near 0.5 before the first resize, else 1.
   uint64_t per_m = 3 * m * kSlots;  // slots per unit of M
-  uint64_t def = o.capacity_hint ? std::max<uint64_t>(1, o.capacity_hint * 2 / per_m) : 1;
-  if (!p.get_u64("segments", def, &segments) || segments == 0 || segments > (uint64_t{1} << 30))
-    return {Code::kInvalidArgument, "hdnh: 'segments' (bottom-level segments) must be > 0"};
+  // A hint past the largest table gets the largest (the table grows from there; the pool
+  // size decides), as every scheme sizes from the hint.
+  constexpr uint64_t kMaxSegments = uint64_t{1} << 30;
+  uint64_t def =
+      o.capacity_hint ? std::clamp<uint64_t>(o.capacity_hint / per_m * 2, 1, kMaxSegments) : 1;
+  Status s = p.get_u64("hdnh", "segments", def, 1, kMaxSegments, &segments);
+  if (!s.ok()) return s;
   layout->set("segment_bytes", std::to_string(seg_bytes));
   layout->set("segments", std::to_string(segments));
   return Status::Ok();
@@ -1278,12 +1282,15 @@ void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace hdnh {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace hdnh
 extern const SchemeFactory kHdnhFactory;
 const SchemeFactory kHdnhFactory = {"hdnh",
                                     &hdnh::Hdnh::layout,
                                     &hdnh::Hdnh::create,
                                     &hdnh::Hdnh::open,
                                     &hdnh::validate,
-                                    &check_runtime<hdnh::Hdnh::Config, &hdnh::Hdnh::parse_config>};
+                                    &check_runtime<hdnh::Hdnh::Config, &hdnh::Hdnh::parse_config>,
+                                    &hdnh::items_found,
+                                    true};
 }  // namespace pmhash
