@@ -108,6 +108,15 @@ Status IndexImpl::check_value(std::string_view value) const {
   return Status::Ok();
 }
 
+// The pool's recorded count stops being a lower bound: dropped, durably, before the first
+// remove of this open can commit.
+void IndexImpl::drop_record() {
+  std::lock_guard<std::mutex> g(record_mu);
+  if (!holds_record.load(std::memory_order_relaxed)) return;
+  pool->drop_recorded_count();
+  holds_record.store(false, std::memory_order_release);
+}
+
 // Until the first write after a clean open, the items the scheme iterates must be the count
 // the close recorded.
 bool IndexImpl::check_recorded_count(std::string* report) const {
@@ -185,25 +194,30 @@ static Status open_index_resolved(const std::string& path, const Options& option
                                   const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
                                   std::chrono::steady_clock::time_point t0);
 
-// A published pool never opens empty: after a clean close, what the buckets hold must agree
-// with the live count the close recorded (pm::Pool::record_count) — in full where the scheme
-// walks every bucket at open anyway, else at least one item when the count is not 0. A zeroed
-// page over every bucket of a small table otherwise reads as a valid empty table.
+// A published pool never opens empty. The live count the last clean close recorded
+// (pm::Pool::record_count) is compared with what the buckets hold: after a clean close in
+// full where the scheme walks every bucket at open anyway, else (and after a crash, when the
+// record is a lower bound: no remove since) at least one item when the count is not 0. A
+// zeroed page over every bucket of a small table otherwise reads as a valid empty table.
 static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactory& f) {
   uint64_t recorded = 0;
   bool known = false;
   Status s = ctx.pool.recorded_count(&recorded, &known);
   if (!s.ok() || !known || f.items_found == nullptr) return s;
-  uint64_t enough = f.full_count_at_open ? UINT64_MAX : std::min<uint64_t>(recorded, 1);
+  const bool exact = ctx.pool.was_clean() && f.full_count_at_open;
+  uint64_t enough = exact ? UINT64_MAX : std::min<uint64_t>(recorded, 1);
   if (enough == 0) return Status::Ok();
   uint64_t found = f.items_found(ctx, enough);
-  if (f.full_count_at_open ? found == recorded : found > 0) return Status::Ok();
-  return {Code::kCorrupted,
-          std::string(f.name) + ": the last clean close recorded " + std::to_string(recorded) +
-              " live items, but the buckets hold " +
-              (f.full_count_at_open ? std::to_string(found) : std::string("none")) +
-              " (damaged buckets; the count is at offset " +
-              std::to_string(pm::kMutableHeaderOffset + 24) + ")"};
+  if (exact ? found == recorded : found > 0) return Status::Ok();
+  std::string held = ctx.pool.was_clean()
+                         ? "the last clean close recorded " + std::to_string(recorded) +
+                               " live items"
+                         : "the pool held " + std::to_string(recorded) +
+                               " live items at its last clean close and none was removed since";
+  return {Code::kCorrupted, std::string(f.name) + ": " + held + ", but the buckets hold " +
+                                (exact ? std::to_string(found) : std::string("none")) +
+                                " (damaged buckets; the count is at offset " +
+                                std::to_string(pm::kMutableHeaderOffset + 24) + ")"};
 }
 
 // Read-only checks of everything open and recovery will follow first: allocator metadata,
@@ -311,7 +325,12 @@ static Status open_index_resolved(const std::string& path, const Options& option
   // Validated: from here on the file is ours. Mark it in use, so a crash from now on means
   // recovery; then the allocator's and the scheme's recovery.
   bool clean = pool.was_clean();
-  if (!fresh) (void)pool.recorded_count(&impl->recorded_count, &impl->recorded_known);
+  if (!fresh) {
+    bool known = false;
+    (void)pool.recorded_count(&impl->recorded_count, &known);  // validated above
+    impl->recorded_known = known && clean;
+    impl->holds_record.store(known);
+  }
   pool.set_clean(false);
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
@@ -378,6 +397,7 @@ Status Index::get(std::string_view key, std::string* value) const {
 
 Status Index::remove(std::string_view key) {
   PMHASH_ENTER(refused_status(*impl_));
+  if (impl_->holds_record.load(std::memory_order_acquire)) impl_->drop_record();
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->write([&] { return impl_->scheme->remove(key); }) : s;
 }

@@ -51,7 +51,13 @@ class IndexImpl {
   // write has been tried since this open (check() compares the count only until then).
   uint64_t recorded_count = 0;
   bool recorded_known = false;
-  alignas(64) std::atomic<bool> written{false};  // its own line: calls never write it twice
+  // Its own line, read-mostly: each flag below is stored once per open, then only read.
+  alignas(64) std::atomic<bool> written{false};
+  // The pool holds a valid recorded count (a lower bound until a remove): the first remove
+  // drops it (drop_record), later ones only read this flag.
+  std::atomic<bool> holds_record{false};
+  std::mutex record_mu;
+  void drop_record();
 
   // A write, outside every scheme lock: a full pool is retried once after the blocks
   // retired and not yet reclaimed are freed (they are free space a grace period away), and

@@ -217,6 +217,15 @@ TEST_P(DamageTest, LegitimatelyEmptiedPoolStillOpens) {
     EXPECT_EQ(idx->size(), round == 0 ? 50u : 0u);
     for (int i = 0; round == 0 && i < 50; ++i) EXPECT_TRUE(idx->remove(key_of(i, sf.format)).ok());
     EXPECT_EQ(idx->size(), 0u);
+    if (round == 0) {  // a crash now: the first remove dropped the record, the pool opens empty
+      EXPECT_EQ(word_at(read_file(p.path), pm::kMutableHeaderOffset + 32), 0u);
+      TempPool crashed;
+      write_bytes(crashed.path, read_file(p.path));
+      std::unique_ptr<Index> after;
+      Status s = reopen(crashed.path, sf, false, &after);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(after->size(), 0u);
+    }
     std::string report;
     EXPECT_TRUE(idx->check(&report).ok()) << report;
     ASSERT_TRUE(idx->close().ok());
@@ -265,12 +274,30 @@ TEST_P(DamageTest, RecordedCountIsComparedAtOpenOrByCheck) {
   EXPECT_NE(s.message().find("live count recorded at the last clean close"), std::string::npos)
       << s.to_string();
   EXPECT_TRUE(read_file(p.path) == torn);
-  std::vector<char> crashed = torn;  // clean flag 0: the record is not looked at
+  std::vector<char> crashed = bytes;  // clean flag 0: the record is a lower bound
   set_word(&crashed, pm::kMutableHeaderOffset, 0);
   write_bytes(p.path, crashed);
   s = reopen(p.path, sf, false, &idx);
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(idx->size(), 20u);
+}
+
+// After a crash the recorded count still holds as a lower bound, until the first remove:
+// every bucket zeroed in a pool that crashed after its reopen is still kCorrupted.
+TEST_P(DamageTest, ZeroedBucketsAfterACrashAreCorrupted) {
+  TempPool p;
+  std::vector<char> bytes = make_pool(p.path, GetParam(), 8);
+  ASSERT_FALSE(bytes.empty());
+  zero_ranges(&bytes, bucket_ranges(bytes, GetParam().scheme));
+  set_word(&bytes, pm::kMutableHeaderOffset, 0);  // not closed cleanly
+  write_bytes(p.path, bytes);
+  std::unique_ptr<Index> idx;
+  Status s = reopen(p.path, GetParam(), false, &idx);
+  EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+  EXPECT_NE(s.message().find("held 8 live items at its last clean close and none was removed"),
+            std::string::npos)
+      << s.to_string();
+  EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
 }
 
 // Format 2 pools (before the recorded count) still open and keep their version: this build

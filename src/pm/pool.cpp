@@ -68,13 +68,14 @@ Status Pool::check_root_state() const {
 }
 
 uint64_t live_seal(uint64_t count) {
-  return XXH3_64bits_withSeed(&count, sizeof count, 0x4c49'5645'434e'54ull);  // "LIVECNT"
+  // Never 0 (0: no record).
+  return XXH3_64bits_withSeed(&count, sizeof count, 0x4c49'5645'434e'54ull) | 1;  // "LIVECNT"
 }
 
 Status Pool::recorded_count(uint64_t* count, bool* known) const {
   *known = false;
-  if (!was_clean_ || header().format_version < 3) return Status::Ok();
   const MutableHeader& m = mutable_header();
+  if (header().format_version < 3 || m.live_seal == 0) return Status::Ok();
   if (live_seal(m.live_count) != m.live_seal)
     return {Code::kCorrupted, "'" + path_ +
                                   "': the live count recorded at the last clean close (offset " +
@@ -87,9 +88,18 @@ Status Pool::recorded_count(uint64_t* count, bool* known) const {
 void Pool::record_count(uint64_t count) {
   if (header().format_version < 3) return;
   MutableHeader& m = mutable_header();
+  drop_recorded_count();  // no moment with a new count under the old seal
   std::atomic_ref<uint64_t>(m.live_count).store(count);
+  persister_.persist(&m.live_count, 8);
   std::atomic_ref<uint64_t>(m.live_seal).store(live_seal(count));
-  persister_.persist(&m.live_count, 16);
+  persister_.persist(&m.live_seal, 8);
+}
+
+void Pool::drop_recorded_count() {
+  MutableHeader& m = mutable_header();
+  if (header().format_version < 3 || m.live_seal == 0) return;
+  std::atomic_ref<uint64_t>(m.live_seal).store(0);
+  persister_.persist(&m.live_seal, 8);
 }
 
 void Pool::set_clean(bool clean) {

@@ -69,8 +69,10 @@ struct MutableHeader {
   uint64_t clean_shutdown;  // 1 after a clean close; 0 while open
   uint64_t root;            // offset of the scheme's root object; 0 until created
   uint64_t published;       // kPublished from the commit that set root; 0 before
-  // Format 3: live items at the last clean close and live_seal(live_count); meaningful only
-  // while clean_shutdown is 1 (written before it at close, stale once an open clears it).
+  // Format 3: the live items at the last clean close, valid while live_seal holds
+  // live_seal(live_count); live_seal 0: no record. The first remove after an open clears
+  // live_seal (persisted before the remove), so a valid record is exact after a clean close
+  // and a lower bound after a crash: the pool holds at least live_count items.
   uint64_t live_count;
   uint64_t live_seal;
 };
@@ -142,12 +144,16 @@ class Pool {
   uint64_t root() const;
   bool published() const;      // the published word holds kPublished
   void set_clean(bool clean);  // 8-byte store + persist
-  // The live count the last clean close recorded: Ok with *known = false when there is none
-  // (the last user crashed, or a format 2 pool), kCorrupted when the record is damaged.
+  // The live count the last clean close recorded (exact if was_clean(), else a lower bound):
+  // Ok with *known = false when there is none (a remove since, a format 2 pool), kCorrupted
+  // when the record is damaged.
   Status recorded_count(uint64_t* count, bool* known) const;
   // At a clean close, before set_clean(true); nothing for a format 2 pool (an older build
-  // writing it would leave the record stale).
+  // writing it would leave the record stale). A crash inside leaves no record, never a
+  // wrong one.
   void record_count(uint64_t count);
+  // Before the first remove after an open: the record stops holding (one store, persisted).
+  void drop_recorded_count();
   // Root word and published word agree: {0, 0} (creation unfinished) or {root, kPublished}.
   Status check_root_state() const;
   // The scheme refused to create its index here (e.g. too small a pool for its capacity):
