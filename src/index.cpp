@@ -209,11 +209,11 @@ static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactor
   if (enough == 0) return Status::Ok();
   uint64_t found = f.items_found(ctx, enough);
   if (exact ? found == recorded : found > 0) return Status::Ok();
-  std::string held = ctx.pool.was_clean()
-                         ? "the last clean close recorded " + std::to_string(recorded) +
-                               " live items"
-                         : "the pool held " + std::to_string(recorded) +
-                               " live items at its last clean close and none was removed since";
+  std::string held =
+      ctx.pool.was_clean()
+          ? "the last clean close recorded " + std::to_string(recorded) + " live items"
+          : "the pool held " + std::to_string(recorded) +
+                " live items at its last clean close and none was removed since";
   return {Code::kCorrupted, std::string(f.name) + ": " + held + ", but the buckets hold " +
                                 (exact ? std::to_string(found) : std::string("none")) +
                                 " (damaged buckets; the count is at offset " +
