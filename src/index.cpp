@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -107,6 +108,27 @@ Status IndexImpl::check_value(std::string_view value) const {
   return Status::Ok();
 }
 
+// The pool's recorded count stops being a lower bound: dropped, durably, before the first
+// remove of this open can commit.
+void IndexImpl::drop_record() {
+  std::lock_guard<std::mutex> g(record_mu);
+  if (!holds_record.load(std::memory_order_relaxed)) return;
+  pool->drop_recorded_count();
+  holds_record.store(false, std::memory_order_release);
+}
+
+// Until the first write after a clean open, the items the scheme iterates must be the count
+// the close recorded.
+bool IndexImpl::check_recorded_count(std::string* report) const {
+  if (!recorded_known || written.load(std::memory_order_relaxed)) return true;
+  uint64_t n = 0;
+  scheme->for_each([&](const common::Slot&) { ++n; });
+  if (n == recorded_count) return true;
+  *report += "the last clean close recorded " + std::to_string(recorded_count) +
+             " live items; the index holds " + std::to_string(n) + "\n";
+  return false;
+}
+
 bool IndexImpl::check(std::string* report) const {
   scheme->wait_idle();  // background work allocates and links blocks too
   std::string r;
@@ -135,6 +157,7 @@ bool IndexImpl::check(std::string* report) const {
            " bytes) is allocated but unreachable (leak)\n";
   }
   if (leaked > 5) r += std::to_string(leaked) + " leaked blocks in all\n";
+  ok &= check_recorded_count(&r);
   if (report) *report += r;
   return ok;
 }
@@ -146,9 +169,13 @@ void IndexImpl::close() {
   gate.shut();
   std::lock_guard<std::mutex> g(close_mu);
   if (closed) return;
+  // The count a clean reopen checks the buckets against (taken while the scheme still runs:
+  // SmartHT's size() may wait for its filter rebuild).
+  uint64_t live = pool->read_only() ? 0 : scheme->size();
   if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
   scheme->stop();
   epochs->drain();
+  if (!pool->read_only()) pool->record_count(live);
   pool->set_clean(true);
   closed = true;
 }
@@ -167,6 +194,32 @@ static Status open_index_resolved(const std::string& path, const Options& option
                                   const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
                                   std::chrono::steady_clock::time_point t0);
 
+// A published pool never opens empty. The live count the last clean close recorded
+// (pm::Pool::record_count) is compared with what the buckets hold: after a clean close in
+// full where the scheme walks every bucket at open anyway, else (and after a crash, when the
+// record is a lower bound: no remove since) at least one item when the count is not 0. A
+// zeroed page over every bucket of a small table otherwise reads as a valid empty table.
+static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactory& f) {
+  uint64_t recorded = 0;
+  bool known = false;
+  Status s = ctx.pool.recorded_count(&recorded, &known);
+  if (!s.ok() || !known || f.items_found == nullptr) return s;
+  const bool exact = ctx.pool.was_clean() && f.full_count_at_open;
+  uint64_t enough = exact ? UINT64_MAX : std::min<uint64_t>(recorded, 1);
+  if (enough == 0) return Status::Ok();
+  uint64_t found = f.items_found(ctx, enough);
+  if (exact ? found == recorded : found > 0) return Status::Ok();
+  std::string held =
+      ctx.pool.was_clean()
+          ? "the last clean close recorded " + std::to_string(recorded) + " live items"
+          : "the pool held " + std::to_string(recorded) +
+                " live items at its last clean close and none was removed since";
+  return {Code::kCorrupted, std::string(f.name) + ": " + held + ", but the buckets hold " +
+                                (exact ? std::to_string(found) : std::string("none")) +
+                                " (damaged buckets; the count is at offset " +
+                                std::to_string(pm::kMutableHeaderOffset + 24) + ")"};
+}
+
 // Read-only checks of everything open and recovery will follow first: allocator metadata,
 // the root and published words, the scheme's root (SchemeFactory::validate). The one write
 // allowed before: finishing a committed allocator transaction (a redo log whose checksum
@@ -184,6 +237,7 @@ static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, s
   *fresh = ctx.pool.root() == 0;
   if (*fresh || f.validate == nullptr) return Status::Ok();
   s = f.validate(ctx);
+  if (s.ok()) s = verify_recorded_count(ctx, f);
   if (!s.ok() && report) *report += s.message() + "\n";
   return s;
 }
@@ -271,10 +325,20 @@ static Status open_index_resolved(const std::string& path, const Options& option
   // Validated: from here on the file is ours. Mark it in use, so a crash from now on means
   // recovery; then the allocator's and the scheme's recovery.
   bool clean = pool.was_clean();
+  if (!fresh) {
+    bool known = false;
+    (void)pool.recorded_count(&impl->recorded_count, &known);  // validated above
+    impl->recorded_known = known && clean;
+    impl->holds_record.store(known);
+  }
   pool.set_clean(false);
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
   if (!s.ok() && fresh) pool.abandon_creation();
+  if (s.code() == Code::kPoolFull && fresh && options.capacity_hint != 0)  // say what sized it
+    s = {Code::kPoolFull, s.message() + " (the initial table sized from capacity_hint " +
+                              std::to_string(options.capacity_hint) +
+                              ": pass a smaller hint or a larger pool_size)"};
   if (!s.ok()) return s;
   impl->recovered = !fresh && !clean;
   impl->open_ms =
@@ -333,6 +397,7 @@ Status Index::get(std::string_view key, std::string* value) const {
 
 Status Index::remove(std::string_view key) {
   PMHASH_ENTER(refused_status(*impl_));
+  if (impl_->holds_record.load(std::memory_order_acquire)) impl_->drop_record();
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->write([&] { return impl_->scheme->remove(key); }) : s;
 }
@@ -356,6 +421,7 @@ Stats Index::stats() const {
   st.dram_bytes = impl_->scheme->dram_bytes();
   st.pm_bytes = impl_->alloc->allocated_bytes();
   st.pool_bytes = impl_->pool->size();
+  st.layout = impl_->pool->params();
   impl_->scheme->counters(&st.counters);
   return st;
 }

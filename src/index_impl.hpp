@@ -2,6 +2,7 @@
 // Everything an index needs lives here (no global singletons), so a process can hold many.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,12 +47,25 @@ class IndexImpl {
   bool closed = false;
   bool recovered = false;
   double open_ms = 0;
+  // The live count the last clean close recorded (pm::Pool::recorded_count), and whether any
+  // write has been tried since this open (check() compares the count only until then).
+  uint64_t recorded_count = 0;
+  bool recorded_known = false;
+  // Its own line, read-mostly: each flag below is stored once per open, then only read.
+  alignas(64) std::atomic<bool> written{false};
+  // The pool holds a valid recorded count (a lower bound until a remove): the first remove
+  // drops it (drop_record), later ones only read this flag.
+  std::atomic<bool> holds_record{false};
+  std::mutex record_mu;
+  void drop_record();
 
   // A write, outside every scheme lock: a full pool is retried once after the blocks
   // retired and not yet reclaimed are freed (they are free space a grace period away), and
   // a thread that filled the reclamation backlog frees it (pm/epoch.hpp).
   template <class F>
   Status write(F&& f) {
+    // Read-mostly: stored once, so the line stays shared across the writers' caches.
+    if (!written.load(std::memory_order_relaxed)) written.store(true, std::memory_order_relaxed);
     Status s = f();
     if (s.code() == Code::kPoolFull && epochs->reclaim_now()) s = f();
     epochs->settle();
@@ -61,6 +75,7 @@ class IndexImpl {
   Status check_value(std::string_view value) const;
   // Scheme check + allocated == reachable.
   bool check(std::string* report) const;
+  bool check_recorded_count(std::string* report) const;
   void close();
 };
 

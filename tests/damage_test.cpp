@@ -21,7 +21,14 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <set>
 
+#include "index/hdnh/hdnh.hpp"
+#include "index/lineht/lineht.hpp"
+#include "index/pmeh/pmeh.hpp"
+#include "index/smartht/smartht.hpp"
+#include "index/turbohash/turbohash.hpp"
+#include "index/wophi/wophi.hpp"
 #include "index_impl.hpp"
 #include "test_util.hpp"
 
@@ -85,6 +92,72 @@ void set_word(std::vector<char>* b, uint64_t off, uint64_t w) {
   std::memcpy(b->data() + off, &w, 8);
 }
 
+// Where a healthy pool's buckets are (offset, bytes), read from its root: the bucket arrays
+// and chained buckets, without the root, directories or segment headers that validation
+// checks. Zeroing them all leaves a structure that reads as a valid, empty table.
+using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+template <class T>
+const T& at(const std::vector<char>& b, uint64_t off) {
+  return *reinterpret_cast<const T*>(b.data() + off);
+}
+Ranges bucket_ranges(const std::vector<char>& b, const std::string& scheme) {
+  Ranges out;
+  uint64_t root = word_at(b, kRootWordOffset);
+  if (scheme == "turbohash") {
+    namespace th = turbohash;
+    const auto& r = at<th::Root>(b, root);
+    for (uint64_t s = 0; s < r.nshards; ++s) {
+      const auto& d = at<th::Descriptor>(b, r.directory + s * sizeof(th::Descriptor));
+      uint64_t live = d.set[d.version & 1];
+      out.push_back({th::packed_offset(live), th::packed_count(live) * sizeof(th::Bucket)});
+    }
+  } else if (scheme == "smartht") {
+    namespace sh = smartht;
+    const auto& r = at<sh::Root>(b, root);
+    out.push_back({r.heads, r.nheads * sizeof(sh::Bucket)});
+    for (uint64_t h = 0; h < r.nheads; ++h)
+      for (uint64_t n = at<sh::Bucket>(b, r.heads + h * sizeof(sh::Bucket)).next; n != 0;
+           n = at<sh::Bucket>(b, n).next)
+        out.push_back({n, sizeof(sh::Bucket)});
+  } else if (scheme == "wophi") {
+    namespace wo = wophi;
+    const auto& r = at<wo::Root>(b, root);
+    out.push_back({r.buckets, r.nbuckets * sizeof(wo::Bucket)});
+    for (uint64_t a = 0; a < r.nareas; ++a)
+      out.push_back({r.areas[a], (r.pab_initial << a) * sizeof(wo::Bucket)});
+  } else if (scheme == "hdnh") {
+    namespace hd = hdnh;
+    const auto& r = at<hd::Root>(b, root);
+    for (const hd::LevelDesc* l : {&r.top, &r.bottom, &r.new_top})
+      if (l->off != 0)
+        out.push_back({l->off, l->segments * r.segment_buckets * sizeof(hd::Bucket)});
+  } else if (scheme == "lineht") {
+    namespace lh = lineht;
+    const auto& r = at<lh::Root>(b, root);
+    for (uint64_t s = 0; s < r.nshards; ++s) {
+      uint64_t w = word_at(b, r.directory + 8 * s);
+      out.push_back({lh::packed_offset(w), lh::packed_count(w) * sizeof(lh::Bucket)});
+    }
+  } else if (scheme == "pmeh") {
+    namespace pe = pmeh;
+    const auto& r = at<pe::Root>(b, root);
+    std::set<uint64_t> segs;
+    for (uint64_t d : r.dirs) {
+      if (d == 0) continue;
+      const auto& dir = at<pe::Directory>(b, d);
+      for (uint64_t t = 0; t < (uint64_t{1} << dir.depth); ++t)
+        if (uint64_t so = word_at(b, d + sizeof(pe::Directory) + 8 * t)) segs.insert(so);
+    }
+    for (uint64_t so : segs)
+      out.push_back({so + sizeof(pe::SegmentHeader), r.segment_bytes - sizeof(pe::SegmentHeader)});
+  }
+  return out;
+}
+
+void zero_ranges(std::vector<char>* b, const Ranges& ranges) {
+  for (auto [off, len] : ranges) std::memset(b->data() + off, 0, len);
+}
+
 class DamageTest : public ::testing::TestWithParam<SchemeFormat> {};
 
 // A zeroed root word used to re-create the pool silently (100 keys -> 0 keys).
@@ -117,6 +190,156 @@ TEST_P(DamageTest, RefusedOpenLeavesTheFileIdentical) {
   EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
   EXPECT_NE(s.message().find(GetParam().scheme), std::string::npos) << s.to_string();
   EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+}
+
+// The fuzz's "OPENED EMPTY" cases: every bucket of a small published table zeroed read as a
+// valid empty table. The count recorded at the clean close says it held 8 items.
+TEST_P(DamageTest, ZeroedBucketsOfAPublishedPoolAreCorrupted) {
+  TempPool p;
+  std::vector<char> bytes = make_pool(p.path, GetParam(), 8);
+  ASSERT_FALSE(bytes.empty());
+  Ranges ranges = bucket_ranges(bytes, GetParam().scheme);
+  ASSERT_FALSE(ranges.empty());
+  zero_ranges(&bytes, ranges);
+  write_bytes(p.path, bytes);
+  for (bool read_only : {false, true}) {  // the library, and the tools' read-only open
+    OpenHooks h = small_hooks();
+    h.read_only = read_only;
+    std::unique_ptr<Index> idx;
+    Status s = open_index(p.path, damage_options(GetParam()), h, &idx);
+    EXPECT_EQ(s.code(), Code::kCorrupted)
+        << s.to_string() << (idx ? ", size " + std::to_string(idx->size()) : "");
+    EXPECT_NE(s.message().find("recorded 8 live items"), std::string::npos) << s.to_string();
+    EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+  }
+}
+
+// A pool emptied by its user is not damage: insert, remove every key, close, reopen.
+TEST_P(DamageTest, LegitimatelyEmptiedPoolStillOpens) {
+  TempPool p;
+  const SchemeFormat& sf = GetParam();
+  make_pool(p.path, sf, 50);
+  for (int round = 0; round < 2; ++round) {
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(reopen(p.path, sf, false, &idx).ok());
+    EXPECT_EQ(idx->size(), round == 0 ? 50u : 0u);
+    for (int i = 0; round == 0 && i < 50; ++i) EXPECT_TRUE(idx->remove(key_of(i, sf.format)).ok());
+    EXPECT_EQ(idx->size(), 0u);
+    if (round == 0) {  // a crash now: the first remove dropped the record, the pool opens empty
+      EXPECT_EQ(word_at(read_file(p.path), pm::kMutableHeaderOffset + 32), 0u);
+      TempPool crashed;
+      write_bytes(crashed.path, read_file(p.path));
+      std::unique_ptr<Index> after;
+      Status s = reopen(crashed.path, sf, false, &after);
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      EXPECT_EQ(after->size(), 0u);
+    }
+    std::string report;
+    EXPECT_TRUE(idx->check(&report).ok()) << report;
+    ASSERT_TRUE(idx->close().ok());
+  }
+  EXPECT_EQ(word_at(read_file(p.path), pm::kMutableHeaderOffset + 24), 0u);  // recorded 0
+}
+
+// The recorded count itself: one that disagrees with the buckets is reported at open where
+// the scheme counts every bucket there (HDNH, WOPHI), else by check() until the first write;
+// a damaged record is kCorrupted; a crash (no clean close) leaves no count to compare.
+TEST_P(DamageTest, RecordedCountIsComparedAtOpenOrByCheck) {
+  TempPool p;
+  const SchemeFormat& sf = GetParam();
+  std::vector<char> bytes = make_pool(p.path, sf, 20);
+  ASSERT_FALSE(bytes.empty());
+  const uint64_t count_off = pm::kMutableHeaderOffset + 24;
+  ASSERT_EQ(word_at(bytes, count_off), 20u);
+  std::vector<char> wrong = bytes;
+  set_word(&wrong, count_off, 21);
+  set_word(&wrong, count_off + 8, pm::live_seal(21));
+  write_bytes(p.path, wrong);
+  const bool full = find_scheme(sf.scheme)->full_count_at_open;
+  {
+    std::unique_ptr<Index> idx;
+    Status s = reopen(p.path, sf, false, &idx);
+    if (full) {
+      EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+      EXPECT_NE(s.message().find("recorded 21 live items, but the buckets hold 20"),
+                std::string::npos)
+          << s.to_string();
+      EXPECT_TRUE(read_file(p.path) == wrong) << "a refused open changed the file";
+    } else {
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      std::string report;
+      EXPECT_EQ(idx->check(&report).code(), Code::kCorrupted);
+      EXPECT_NE(report.find("recorded 21 live items; the index holds 20"), std::string::npos)
+          << report;
+    }
+  }
+  std::vector<char> torn = bytes;  // the record's seal does not match its count
+  set_word(&torn, count_off, 7);
+  write_bytes(p.path, torn);
+  std::unique_ptr<Index> idx;
+  Status s = reopen(p.path, sf, false, &idx);
+  EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+  EXPECT_NE(s.message().find("live count recorded at the last clean close"), std::string::npos)
+      << s.to_string();
+  EXPECT_TRUE(read_file(p.path) == torn);
+  std::vector<char> crashed = bytes;  // clean flag 0: the record is a lower bound
+  set_word(&crashed, pm::kMutableHeaderOffset, 0);
+  write_bytes(p.path, crashed);
+  s = reopen(p.path, sf, false, &idx);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(idx->size(), 20u);
+}
+
+// After a crash the recorded count still holds as a lower bound, until the first remove:
+// every bucket zeroed in a pool that crashed after its reopen is still kCorrupted.
+TEST_P(DamageTest, ZeroedBucketsAfterACrashAreCorrupted) {
+  TempPool p;
+  std::vector<char> bytes = make_pool(p.path, GetParam(), 8);
+  ASSERT_FALSE(bytes.empty());
+  zero_ranges(&bytes, bucket_ranges(bytes, GetParam().scheme));
+  set_word(&bytes, pm::kMutableHeaderOffset, 0);  // not closed cleanly
+  write_bytes(p.path, bytes);
+  std::unique_ptr<Index> idx;
+  Status s = reopen(p.path, GetParam(), false, &idx);
+  EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+  EXPECT_NE(s.message().find("held 8 live items at its last clean close and none was removed"),
+            std::string::npos)
+      << s.to_string();
+  EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+}
+
+// Format 2 pools (before the recorded count) still open and keep their version: this build
+// records no count in them, since an older build would leave it stale.
+TEST_P(DamageTest, FormatTwoPoolOpensWithoutARecordedCount) {
+  TempPool p;
+  const SchemeFormat& sf = GetParam();
+  std::vector<char> bytes = make_pool(p.path, sf, 10);
+  ASSERT_FALSE(bytes.empty());
+  auto& h = *reinterpret_cast<pm::PoolHeader*>(bytes.data());
+  h.format_version = 2;
+  h.checksum = pm::header_checksum(h);
+  set_word(&bytes, pm::kMutableHeaderOffset + 24, 0);
+  set_word(&bytes, pm::kMutableHeaderOffset + 32, 0);
+  write_bytes(p.path, bytes);
+  {
+    std::unique_ptr<Index> idx;
+    Status s = reopen(p.path, sf, false, &idx);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(idx->size(), 10u);
+    EXPECT_TRUE(idx->remove(key_of(0, sf.format)).ok());
+  }
+  std::vector<char> after = read_file(p.path);
+  EXPECT_EQ(reinterpret_cast<const pm::PoolHeader*>(after.data())->format_version, 2u);
+  EXPECT_EQ(word_at(after, pm::kMutableHeaderOffset + 24), 0u);
+  EXPECT_EQ(word_at(after, pm::kMutableHeaderOffset + 32), 0u);
+  auto& h3 = *reinterpret_cast<pm::PoolHeader*>(after.data());
+  h3.format_version = pm::kPoolFormatVersion + 1;
+  h3.checksum = pm::header_checksum(h3);
+  write_bytes(p.path, after);
+  std::unique_ptr<Index> idx;
+  Status s = reopen(p.path, sf, false, &idx);
+  EXPECT_EQ(s.code(), Code::kUnsupportedVersion);
+  EXPECT_NE(s.message().find("reads versions 2 to 3"), std::string::npos) << s.to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(All, DamageTest, ::testing::ValuesIn(all_scheme_formats()),

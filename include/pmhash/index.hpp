@@ -43,6 +43,9 @@ struct Stats {
   uint64_t pm_bytes = 0;                   // pool bytes allocated
   uint64_t pool_bytes = 0;                 // pool file size
   std::map<std::string, double> counters;  // scheme-specific (probe distance, splits, ...)
+  // The layout parameters recorded in the pool at creation ("k=v;..."): the table's shape.
+  // Layout parameters passed to a later open are validated, then ignored.
+  std::string layout;
 };
 
 // Limits for the variable format (fixed pools take exactly 8-byte keys and values).

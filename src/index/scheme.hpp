@@ -71,6 +71,14 @@ struct SchemeFactory {
   // Run-time parameters (Options::params), before the pool file is opened or created: each
   // in its range, else kInvalidArgument naming it and what is allowed. Null: none.
   Status (*runtime)(const common::Params& params) = nullptr;
+  // Read-only, after validate() and before anything in the file changes: the live items in
+  // the pool's buckets (never a DRAM or saved counter), the walk stopping once `enough` are
+  // found. Open compares it with the count the last clean close recorded (docs/pool-format.md,
+  // "The live count"): in full where the scheme walks every bucket at open anyway
+  // (`full_count_at_open`), else only "recorded non-empty finds an item" (instant and lazy
+  // recovery stay instant on a healthy pool: the walk stops at the first item).
+  uint64_t (*items_found)(const SchemeContext& ctx, uint64_t enough) = nullptr;
+  bool full_count_at_open = false;
 };
 
 // SchemeFactory::runtime from a scheme's parser: `Parse` fills the scheme's run-time

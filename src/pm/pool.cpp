@@ -67,6 +67,41 @@ Status Pool::check_root_state() const {
   return Status::Ok();
 }
 
+uint64_t live_seal(uint64_t count) {
+  // Never 0 (0: no record).
+  return XXH3_64bits_withSeed(&count, sizeof count, 0x4c49'5645'434e'54ull) | 1;  // "LIVECNT"
+}
+
+Status Pool::recorded_count(uint64_t* count, bool* known) const {
+  *known = false;
+  const MutableHeader& m = mutable_header();
+  if (header().format_version < 3 || m.live_seal == 0) return Status::Ok();
+  if (live_seal(m.live_count) != m.live_seal)
+    return {Code::kCorrupted, "'" + path_ +
+                                  "': the live count recorded at the last clean close (offset " +
+                                  std::to_string(kMutableHeaderOffset + 24) + ") is damaged"};
+  *count = m.live_count;
+  *known = true;
+  return Status::Ok();
+}
+
+void Pool::record_count(uint64_t count) {
+  if (header().format_version < 3) return;
+  MutableHeader& m = mutable_header();
+  drop_recorded_count();  // no moment with a new count under the old seal
+  std::atomic_ref<uint64_t>(m.live_count).store(count);
+  persister_.persist(&m.live_count, 8);
+  std::atomic_ref<uint64_t>(m.live_seal).store(live_seal(count));
+  persister_.persist(&m.live_seal, 8);
+}
+
+void Pool::drop_recorded_count() {
+  MutableHeader& m = mutable_header();
+  if (header().format_version < 3 || m.live_seal == 0) return;
+  std::atomic_ref<uint64_t>(m.live_seal).store(0);
+  persister_.persist(&m.live_seal, 8);
+}
+
 void Pool::set_clean(bool clean) {
   std::atomic_ref<uint64_t>(mutable_header().clean_shutdown).store(clean ? 1 : 0);
   persister_.persist(&mutable_header().clean_shutdown, 8);
@@ -117,10 +152,11 @@ Status plan_layout(uint64_t pool_size, uint64_t chunk, Layout* out) {
 }
 
 Status validate_header(const PoolHeader& h, uint64_t file_size, const std::string& path) {
-  if (h.format_version != kPoolFormatVersion)
+  if (h.format_version < kOldestPoolFormatVersion || h.format_version > kPoolFormatVersion)
     return {Code::kUnsupportedVersion,
             "'" + path + "' has pool format version " + std::to_string(h.format_version) +
-                "; this build reads version " + std::to_string(kPoolFormatVersion)};
+                "; this build reads versions " + std::to_string(kOldestPoolFormatVersion) + " to " +
+                std::to_string(kPoolFormatVersion)};
   if (header_checksum(h) != h.checksum)
     return {Code::kChecksumMismatch, "'" + path + "': pool header checksum mismatch (corrupted)"};
   if (file_size < h.pool_size)

@@ -4,8 +4,8 @@
 // On-media layout (offsets in bytes):
 //
 //   0      PoolHeader (256 B, immutable after creation, checksummed)
-//   512    MutableHeader: clean_shutdown, root, published (8 B each), each changed by one
-//          8-byte store
+//   512    MutableHeader: clean_shutdown, root, published, live_count, live_seal (8 B each),
+//          each changed by one 8-byte store
 //   4096   lanes: kLanes x 256 B redo logs of the allocator (pm/allocator.hpp)
 //   ...    chunk table: one 8-byte word per heap chunk (free / large run / slab of a class)
 //   ...    slab bitmaps: chunk_size/512 bytes per chunk, one bit per 64-byte block
@@ -31,7 +31,9 @@ inline constexpr char kPoolMagic[8] = {'P', 'M', 'H', 'A', 'S', 'H', 'P', 'L'};
 // sized, replaced by kPoolMagic last): such a file is formatted again by open(create).
 inline constexpr char kCreatingMagic[8] = {'P', 'M', 'H', 'A', 'S', 'H', 'N', 'W'};
 // 2: the mutable header's `published` word (version 1 pools are refused, not guessed at).
-inline constexpr uint32_t kPoolFormatVersion = 2;
+// 3: the live count recorded at a clean close (version 2 pools open, without that check).
+inline constexpr uint32_t kPoolFormatVersion = 3;
+inline constexpr uint32_t kOldestPoolFormatVersion = 2;
 inline constexpr uint64_t kHeaderRegion = 4096;
 inline constexpr uint64_t kLanes = 64;
 inline constexpr uint64_t kLaneBytes = 256;
@@ -67,7 +69,14 @@ struct MutableHeader {
   uint64_t clean_shutdown;  // 1 after a clean close; 0 while open
   uint64_t root;            // offset of the scheme's root object; 0 until created
   uint64_t published;       // kPublished from the commit that set root; 0 before
+  // Format 3: the live items at the last clean close, valid while live_seal holds
+  // live_seal(live_count); live_seal 0: no record. The first remove after an open clears
+  // live_seal (persisted before the remove), so a valid record is exact after a clean close
+  // and a lower bound after a crash: the pool holds at least live_count items.
+  uint64_t live_count;
+  uint64_t live_seal;
 };
+uint64_t live_seal(uint64_t count);
 // Set in the same redo-logged commit as the root: a root of 0 means "creation never
 // finished" only when published is 0 too; any other combination is damage.
 inline constexpr uint64_t kPublished = 0x4448'5349'4c42'5550ull;  // "PUBLISHD"
@@ -135,6 +144,16 @@ class Pool {
   uint64_t root() const;
   bool published() const;      // the published word holds kPublished
   void set_clean(bool clean);  // 8-byte store + persist
+  // The live count the last clean close recorded (exact if was_clean(), else a lower bound):
+  // Ok with *known = false when there is none (a remove since, a format 2 pool), kCorrupted
+  // when the record is damaged.
+  Status recorded_count(uint64_t* count, bool* known) const;
+  // At a clean close, before set_clean(true); nothing for a format 2 pool (an older build
+  // writing it would leave the record stale). A crash inside leaves no record, never a
+  // wrong one.
+  void record_count(uint64_t count);
+  // Before the first remove after an open: the record stops holding (one store, persisted).
+  void drop_recorded_count();
   // Root word and published word agree: {0, 0} (creation unfinished) or {root, kPublished}.
   Status check_root_state() const;
   // The scheme refused to create its index here (e.g. too small a pool for its capacity):

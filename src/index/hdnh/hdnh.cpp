@@ -417,12 +417,15 @@ void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace hdnh {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace hdnh
 extern const SchemeFactory kHdnhFactory;
 const SchemeFactory kHdnhFactory = {"hdnh",
                                     &hdnh::Hdnh::layout,
                                     &hdnh::Hdnh::create,
                                     &hdnh::Hdnh::open,
                                     &hdnh::validate,
-                                    &check_runtime<hdnh::Hdnh::Config, &hdnh::Hdnh::parse_config>};
+                                    &check_runtime<hdnh::Hdnh::Config, &hdnh::Hdnh::parse_config>,
+                                    &hdnh::items_found,
+                                    true};
 }  // namespace pmhash

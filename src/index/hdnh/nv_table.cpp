@@ -1,5 +1,6 @@
 // The non-volatile table (§3.1, Fig. 2): its creation, the levels, the candidate buckets,
 // and the failure-atomic bitmap commit.
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -23,9 +24,13 @@ Status Hdnh::layout(const Options& o, common::Params* layout) {
   // Bottom-level segments M (the top has 2M): sized from the capacity hint for a load
   // factor near 0.5 before the first resize, else 1.
   uint64_t per_m = 3 * m * kSlots;  // slots per unit of M
-  uint64_t def = o.capacity_hint ? std::max<uint64_t>(1, o.capacity_hint * 2 / per_m) : 1;
-  if (!p.get_u64("segments", def, &segments) || segments == 0 || segments > (uint64_t{1} << 30))
-    return {Code::kInvalidArgument, "hdnh: 'segments' (bottom-level segments) must be > 0"};
+  // A hint past the largest table gets the largest (the table grows from there; the pool
+  // size decides), as every scheme sizes from the hint.
+  constexpr uint64_t kMaxSegments = uint64_t{1} << 30;
+  uint64_t def =
+      o.capacity_hint ? std::clamp<uint64_t>(o.capacity_hint / per_m * 2, 1, kMaxSegments) : 1;
+  Status s = p.get_u64("hdnh", "segments", def, 1, kMaxSegments, &segments);
+  if (!s.ok()) return s;
   layout->set("segment_bytes", std::to_string(seg_bytes));
   layout->set("segments", std::to_string(segments));
   return Status::Ok();

@@ -1,4 +1,6 @@
 // Read-only validation before open (SchemeFactory::validate); mirrors Hdnh::open's checks.
+#include <bit>
+
 #include "index/hdnh/hdnh.hpp"
 
 namespace pmhash::hdnh {
@@ -34,6 +36,22 @@ Status validate(const SchemeContext& ctx) {
     return level(r->new_top, "new top");
   }
   return Status::Ok();
+}
+
+// Valid slots by the buckets' bitmaps, as the open's rebuild counts them (bottom buckets an
+// interrupted resize already moved are skipped, as Hdnh::bucket_live does).
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
+  const Root* r = existing_root<Root>(ctx, kRootMagic);
+  uint64_t m = r->segment_buckets, n = 0;
+  auto level = [&](const LevelDesc& l, uint64_t skip) {
+    const Bucket* b = ctx.pool.ptr<Bucket>(l.off);
+    for (uint64_t i = skip; i < l.segments * m && n < enough; ++i)
+      n += std::popcount(b[i].bitmap & 0xFF);
+  };
+  level(r->top, 0);
+  level(r->bottom, r->level_number == 3 ? r->rehash_progress : 0);
+  if (r->level_number == 3) level(r->new_top, 0);
+  return n;
 }
 
 }  // namespace pmhash::hdnh

@@ -528,7 +528,8 @@ void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace lineht {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace lineht
 extern const SchemeFactory kLineHTFactory;
 const SchemeFactory kLineHTFactory = {
     "lineht",
@@ -536,5 +537,7 @@ const SchemeFactory kLineHTFactory = {
     &lineht::LineHT::create,
     &lineht::LineHT::open,
     &lineht::validate,
-    &check_runtime<lineht::LineHT::Runtime, &lineht::LineHT::parse_runtime>};
+    &check_runtime<lineht::LineHT::Runtime, &lineht::LineHT::parse_runtime>,
+    &lineht::items_found,
+    false};  // open stays instant: at least one item when the record says non-empty
 }  // namespace pmhash

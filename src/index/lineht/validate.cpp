@@ -1,5 +1,7 @@
 // Read-only validation before open (SchemeFactory::validate): the root, the directory and
 // every shard it points to. Mirrors LineHT::open's checks without changing anything.
+#include <bit>
+
 #include "index/lineht/lineht.hpp"
 
 namespace pmhash::lineht {
@@ -22,6 +24,21 @@ Status validate(const SchemeContext& ctx) {
                          std::to_string(packed_offset(d[s])) + ", " +
                          std::to_string(packed_count(d[s])) + " buckets)");
   return Status::Ok();
+}
+
+// Items in the buckets, counting up to `enough` (Index::open compares them with the live
+// count recorded at the last clean close: a published pool never opens empty). Runs after
+// validate(), so the directory and shards are known to be sound.
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
+  const Root* r = existing_root<Root>(ctx, kRootMagic);
+  const uint64_t* d = ctx.pool.ptr<uint64_t>(r->directory);
+  uint64_t n = 0;
+  for (uint64_t s = 0; s < r->nshards && n < enough; ++s) {
+    const Bucket* b = ctx.pool.ptr<Bucket>(packed_offset(d[s]));
+    for (uint64_t i = 0; i < packed_count(d[s]) && n < enough; ++i)
+      n += std::popcount(Bucket::valid(b[i].meta));
+  }
+  return n;
 }
 
 }  // namespace pmhash::lineht

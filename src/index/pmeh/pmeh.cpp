@@ -494,13 +494,15 @@ void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace pmeh {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace pmeh
 extern const SchemeFactory kPmehFactory;
-const SchemeFactory kPmehFactory = {
-    "pmeh",
-    &pmeh::Pmeh::layout,
-    &pmeh::Pmeh::create,
-    &pmeh::Pmeh::open,
-    &pmeh::validate,
-    &check_runtime<pmeh::Pmeh::Runtime, &pmeh::Pmeh::parse_runtime>};
+const SchemeFactory kPmehFactory = {"pmeh",
+                                    &pmeh::Pmeh::layout,
+                                    &pmeh::Pmeh::create,
+                                    &pmeh::Pmeh::open,
+                                    &pmeh::validate,
+                                    &check_runtime<pmeh::Pmeh::Runtime, &pmeh::Pmeh::parse_runtime>,
+                                    &pmeh::items_found,
+                                    false};
 }  // namespace pmhash

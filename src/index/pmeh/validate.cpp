@@ -1,5 +1,6 @@
 // Read-only validation before open (SchemeFactory::validate): Pmeh::open's checks plus the
 // directory -> segment mapping of the latest directory (the one recovery and lookups follow).
+#include <bit>
 #include <vector>
 
 #include "index/pmeh/pmeh.hpp"
@@ -107,6 +108,30 @@ Status validate(const SchemeContext& ctx) {
                          " is not the latest directory's " + std::to_string(r->latest_dir));
   }
   return validate_mapping(ctx, *r);
+}
+
+// Allocated slots of the segments the latest directory leads to (validate() checked that
+// mapping), stopping at `enough`. Without the covers() filter: after a split a record can be
+// counted in both segments, so this is only ever asked for "at least one".
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
+  const Root* r = existing_root<Root>(ctx, kRootMagic);
+  const Directory* ld = dir_number(ctx, *r, r->latest_dir);
+  std::vector<const Directory*> older;
+  for (uint64_t j = r->latest_dir;
+       j-- > (r->latest_dir >= kMaxDirs - 1 ? r->latest_dir - (kMaxDirs - 1) : 0);)
+    older.push_back(dir_number(ctx, *r, j));
+  const uint64_t nb = r->segment_bytes / sizeof(Bucket) - 1;  // buckets and stash
+  uint64_t n = 0, prev = 0;
+  for (uint64_t t = 0; t < (uint64_t{1} << ld->depth) && n < enough; ++t) {
+    uint64_t so = ld->entries[t];
+    for (size_t i = 0; so == 0 && i < older.size(); ++i)
+      if (older[i] != nullptr) so = older[i]->entries[t >> (ld->depth - older[i]->depth)];
+    if (so == prev) continue;
+    prev = so;
+    const Bucket* b = reinterpret_cast<const Bucket*>(ctx.pool.ptr<SegmentHeader>(so) + 1);
+    for (uint64_t i = 0; i < nb && n < enough; ++i) n += std::popcount(word::alloc(b[i].word0));
+  }
+  return n;
 }
 
 }  // namespace pmhash::pmeh

@@ -1,5 +1,6 @@
 #include "index/smartht/smartht.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -87,13 +88,16 @@ Status SmartHT::layout(const Options& o, common::Params* layout) {
   common::Params p(o.params);
   // Paper: N = 2^24 head buckets for 200M keys. Default: about 4 keys per head bucket at the
   // expected count (short chains), else 2^18 head buckets.
+  // A hint past the largest table gets the largest (the pool size decides).
+  constexpr uint64_t kMaxHeads = uint64_t{1} << 32, kMaxFilterKeys = uint64_t{1} << 40;
   uint64_t expected = o.capacity_hint ? o.capacity_hint : 1u << 20;
+  uint64_t def_heads = pow2_at_least(std::clamp<uint64_t>(expected / 4, 1024, kMaxHeads));
   uint64_t heads, stripe, filter_keys;
-  if (!p.get_u64("buckets", pow2_at_least(std::max<uint64_t>(1024, expected / 4)), &heads) ||
-      heads == 0 || heads > (uint64_t{1} << 32))
-    return {Code::kInvalidArgument, "smartht: 'buckets' (head buckets) must be 1..2^32"};
-  Status s = p.get_u64("smartht", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
-  if (s.ok()) s = p.get_u64("smartht", "filter_keys", expected, 1, uint64_t{1} << 40, &filter_keys);
+  Status s = p.get_u64("smartht", "buckets", def_heads, 1, kMaxHeads, &heads);
+  if (s.ok()) s = p.get_u64("smartht", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
+  if (s.ok())
+    s = p.get_u64("smartht", "filter_keys", std::min(expected, kMaxFilterKeys), 1, kMaxFilterKeys,
+                  &filter_keys);
   if (!s.ok()) return s;
   layout->set("buckets", std::to_string(heads));
   layout->set("stripe", std::to_string(stripe));
@@ -686,7 +690,8 @@ void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace smartht {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace smartht
 extern const SchemeFactory kSmartHTFactory;
 const SchemeFactory kSmartHTFactory = {
     "smartht",
@@ -694,5 +699,7 @@ const SchemeFactory kSmartHTFactory = {
     &smartht::SmartHT::create,
     &smartht::SmartHT::open,
     &smartht::validate,
-    &check_runtime<smartht::SmartHT::Runtime, &smartht::SmartHT::parse_runtime>};
+    &check_runtime<smartht::SmartHT::Runtime, &smartht::SmartHT::parse_runtime>,
+    &smartht::items_found,
+    false};
 }  // namespace pmhash

@@ -543,7 +543,8 @@ void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace turbohash {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace turbohash
 extern const SchemeFactory kTurboHashFactory;
 const SchemeFactory kTurboHashFactory = {
     "turbohash",
@@ -551,5 +552,7 @@ const SchemeFactory kTurboHashFactory = {
     &turbohash::TurboHash::create,
     &turbohash::TurboHash::open,
     &turbohash::validate,
-    &check_runtime<turbohash::TurboHash::Runtime, &turbohash::TurboHash::parse_runtime>};
+    &check_runtime<turbohash::TurboHash::Runtime, &turbohash::TurboHash::parse_runtime>,
+    &turbohash::items_found,
+    false};
 }  // namespace pmhash

@@ -1,5 +1,7 @@
 // Read-only validation before open (SchemeFactory::validate): what open() and the shard
 // walk dereference first. Mirrors TurboHash::open's checks without changing anything.
+#include <bit>
+
 #include "index/turbohash/turbohash.hpp"
 
 namespace pmhash::turbohash {
@@ -24,6 +26,20 @@ Status validate(const SchemeContext& ctx) {
                          std::to_string(packed_count(live)) + " buckets)");
   }
   return Status::Ok();
+}
+
+// Live slots by the buckets' metadata words, shard by shard (validate() checked the shards).
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
+  const Root* r = existing_root<Root>(ctx, kRootMagic);
+  const Descriptor* d = ctx.pool.ptr<Descriptor>(r->directory);
+  uint64_t n = 0;
+  for (uint64_t s = 0; s < r->nshards && n < enough; ++s) {
+    uint64_t live = d[s].set[d[s].version & 1];
+    const Bucket* b = ctx.pool.ptr<Bucket>(packed_offset(live));
+    for (uint64_t i = 0; i < packed_count(live) && n < enough; ++i)
+      n += std::popcount(Bucket::live(b[i].meta));
+  }
+  return n;
 }
 
 }  // namespace pmhash::turbohash

@@ -1,4 +1,6 @@
 // Read-only validation before open (SchemeFactory::validate); mirrors Wophi::open's checks.
+#include <bit>
+
 #include "index/wophi/wophi.hpp"
 
 namespace pmhash::wophi {
@@ -59,6 +61,19 @@ Status validate(const SchemeContext& ctx) {
                    std::to_string(r->expand_bucket_num) + " PAB buckets handed out of " +
                        std::to_string(total));
   return validate_chains(ctx, *r);
+}
+
+// Every live slot of the main buckets and their chains (validate() checked the chains).
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
+  const Root* r = existing_root<Root>(ctx, kRootMagic);
+  const Bucket* mains = ctx.pool.ptr<Bucket>(r->buckets);
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < r->nbuckets && n < enough; ++i)
+    for (const Bucket* b = mains + i;; b = ctx.pool.ptr<Bucket>(b->next)) {
+      for (int j = 0; j < kSlots; ++j) n += b->live(j);
+      if (b->next == 0) break;
+    }
+  return n;
 }
 
 }  // namespace pmhash::wophi

@@ -1,5 +1,6 @@
 #include "index/wophi/wophi.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
@@ -66,12 +67,13 @@ Status Wophi::layout(const Options& o, common::Params* layout) {
   common::Params p(o.params);
   // Main buckets: about 2 keys per bucket at the expected count (load factor 0.5 of the main
   // buckets), else 2^16. PAB: a quarter of the main buckets, grown as needed.
+  // A hint past the largest table gets the largest (the pool size decides).
+  constexpr uint64_t kMaxBuckets = uint64_t{1} << 32;
   uint64_t expected = o.capacity_hint ? o.capacity_hint : 1u << 17;
+  uint64_t def = pow2_at_least(std::clamp<uint64_t>(expected / 2, 16, kMaxBuckets));
   uint64_t n, stripe, pab;
-  if (!p.get_u64("buckets", pow2_at_least(std::max<uint64_t>(16, expected / 2)), &n) || n == 0 ||
-      n > (uint64_t{1} << 32))
-    return {Code::kInvalidArgument, "wophi: 'buckets' (main buckets) must be 1..2^32"};
-  Status s = p.get_u64("wophi", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
+  Status s = p.get_u64("wophi", "buckets", def, 1, kMaxBuckets, &n);
+  if (s.ok()) s = p.get_u64("wophi", "stripe", 256, 1, uint64_t{1} << 32, &stripe);
   if (s.ok())
     s = p.get_u64("wophi", "pab_buckets", std::max<uint64_t>(16, n / 4), 1, uint64_t{1} << 32,
                   &pab);
@@ -570,7 +572,8 @@ void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
 namespace pmhash {
 namespace wophi {
 Status validate(const SchemeContext& ctx);  // validate.cpp
-}
+uint64_t items_found(const SchemeContext& ctx, uint64_t enough);
+}  // namespace wophi
 extern const SchemeFactory kWophiFactory;
 const SchemeFactory kWophiFactory = {
     "wophi",
@@ -578,5 +581,7 @@ const SchemeFactory kWophiFactory = {
     &wophi::Wophi::create,
     &wophi::Wophi::open,
     &wophi::validate,
-    &check_runtime<wophi::Wophi::Runtime, &wophi::Wophi::parse_runtime>};
+    &check_runtime<wophi::Wophi::Runtime, &wophi::Wophi::parse_runtime>,
+    &wophi::items_found,
+    true};
 }  // namespace pmhash
