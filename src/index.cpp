@@ -149,6 +149,7 @@ void IndexImpl::close() {
   if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
   scheme->stop();
   epochs->drain();
+  if (!pool->read_only()) alloc->write_back();  // the frees pm::Allocator::unmark left unflushed
   pool->set_clean(true);
   closed = true;
 }
