@@ -175,7 +175,10 @@ void IndexImpl::close() {
   if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
   scheme->stop();
   epochs->drain();
-  if (!pool->read_only()) pool->record_count(live);
+  if (!pool->read_only()) {
+    alloc->write_back();  // the frees pm::Allocator::unmark left unflushed
+    pool->record_count(live);
+  }
   pool->set_clean(true);
   closed = true;
 }

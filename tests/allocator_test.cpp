@@ -105,6 +105,43 @@ TEST(Allocator, CrashBeforePublishLeaksNothing) {
   EXPECT_TRUE(rp.allocated().empty());
 }
 
+// The log-free protocol: mark() is one flush and no fence, unmark() neither; a block marked
+// but never published survives a crash as allocated, and sweep() frees exactly it; a clean
+// close's write_back() persists what unmark() cleared.
+TEST(Allocator, LogFreeMarkUnmarkSweep) {
+  RawPool rp;
+  pm::Reservation small = rp.alloc->reserve(100), big = rp.alloc->reserve(200000);
+  ASSERT_TRUE(small && big);
+  PersistCounters c0 = thread_persist_counters();
+  rp.alloc->mark(small);
+  rp.alloc->mark(big);
+  PersistCounters c1 = thread_persist_counters();
+  EXPECT_EQ(c1.flushes - c0.flushes, 2u);
+  EXPECT_EQ(c1.fences - c0.fences, 0u);
+  rp.pool->persister().fence();
+  *rp.slot(0) = small.off;  // small is published; big never is
+  rp.pool->persister().persist(rp.slot(0), 8);
+  rp.open(nullptr, false);  // crash: both bits were persisted
+  EXPECT_EQ(rp.allocated().size(), 2u);
+  auto walk = [&](const std::function<void(uint64_t)>& fn) { fn(*rp.slot(0)); };
+  EXPECT_EQ(rp.alloc->sweep(walk), 1u);
+  EXPECT_EQ(rp.allocated(), (std::map<uint64_t, uint64_t>{{small.off, 128u}}));
+  EXPECT_EQ(rp.alloc->allocated_bytes(), 128u);
+  rp.open(nullptr, false);  // the sweep's frees were persisted
+  EXPECT_EQ(rp.allocated().size(), 1u);
+  EXPECT_EQ(rp.alloc->sweep(walk), 0u);
+  PersistCounters c2 = thread_persist_counters();
+  rp.alloc->unmark(small.off);
+  PersistCounters c3 = thread_persist_counters();
+  EXPECT_EQ(c3.flushes - c2.flushes, 0u);
+  EXPECT_EQ(c3.fences - c2.fences, 0u);
+  EXPECT_TRUE(rp.allocated().empty());
+  rp.alloc->write_back();
+  EXPECT_GT(thread_persist_counters().fences, c3.fences);
+  rp.open(nullptr, false);
+  EXPECT_TRUE(rp.allocated().empty());
+}
+
 // Crash at every fence of a publish and of a free: the allocation and the publishing store
 // are all-or-nothing in every crash image.
 TEST(Allocator, TxIsAllOrNothingAtEveryFence) {

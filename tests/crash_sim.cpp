@@ -495,6 +495,10 @@ struct Harness {
     Status s = open_index(path, o, h, &idx);
     sim2.at_crash_point = nullptr;
     res.states++;
+    if (s.ok() && idx->impl()->alloc->swept() != 0) {  // a crash between mark and publish,
+      res.swept_states++;                              // or between unpublish and unmark
+      res.swept_blocks += idx->impl()->alloc->swept();
+    }
     if (!s.ok()) {
       // Before its magic is written a pool is not a pool; creation was never acknowledged.
       if (!(creating && s.code() == Code::kNotAPool)) fail("recovery failed: " + s.to_string());

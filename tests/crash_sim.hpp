@@ -111,6 +111,9 @@ struct CrashResult {
   uint64_t recovery_states = 0;  // of which crashed inside recovery
   uint64_t crash_points = 0;
   uint64_t failures = 0;
+  // Recovered states whose recovery sweep freed blocks (pm::Allocator::sweep): crashes
+  // inside a log-free allocation or free. And how many blocks those sweeps freed.
+  uint64_t swept_states = 0, swept_blocks = 0;
   uint64_t reads = 0;                 // completed reads by reader threads
   uint64_t read_constraints = 0;      // reads checked at a crash point (value seen, must survive)
   std::vector<std::string> messages;  // first few failures

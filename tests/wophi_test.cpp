@@ -16,7 +16,7 @@ namespace {
 TEST(WophiBucket, LayoutTwoCacheLines) {
   EXPECT_EQ(sizeof(wophi::Bucket), 128u);
   EXPECT_EQ(offsetof(wophi::Bucket, slots), 16u);
-  EXPECT_EQ(offsetof(wophi::Bucket, owner), 80u);
+  EXPECT_EQ(offsetof(wophi::Bucket, unused), 80u);
 }
 
 class WophiTest : public ::testing::TestWithParam<Format> {

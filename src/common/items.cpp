@@ -68,6 +68,21 @@ void Items::replace_value(uint64_t& value_word, const New& n) const {
   tx.commit();
 }
 
+Status Items::write(std::string_view key, std::string_view value, uint64_t kw, New* out) const {
+  Status s = make(key, value, kw, out);
+  if (s.ok() && out->item) alloc_.mark(out->item);
+  return s;
+}
+
+void Items::swap_value(uint64_t& value_word, const New& n) const {
+  const pm::Persister& p = alloc_.pool().persister();
+  uint64_t old = value_word;
+  if (variable_) p.fence();  // the new item and its bit persist before it is published
+  store_word(value_word, n.value_word);
+  p.persist(&value_word, 8);
+  retire(old);
+}
+
 std::string Items::slot_key_bytes(const Slot& s) const {
   if (!variable_) return std::string(reinterpret_cast<const char*>(&s.key), 8);
   std::string_view k;

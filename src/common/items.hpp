@@ -9,7 +9,9 @@
 //
 // A variable item is updated out of place: a new item is written and flushed, then the
 // scheme's publishing 8-byte store, the item's allocation and the old item's free commit in
-// one pm::Tx. Freed items are reused only after an epoch grace period (lock-free readers).
+// one pm::Tx (make/replace_value) — or, for a scheme that sweeps at recovery, without a log
+// (write/swap_value/retire: pm::Allocator's log-free protocol). Freed items are reused only
+// after an epoch grace period (lock-free readers).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +78,22 @@ class Items {
   // caller's next fence orders it before the publishing store).
   Status make(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
   void cancel(const New& n) const { alloc_.cancel(n.item); }
+
+  // The log-free protocol (pm::Allocator::mark; the scheme sweeps at recovery): as make(),
+  // and the item's allocation bit is set and flushed with it. The caller's next fence
+  // orders both before the store that publishes the item.
+  Status write(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
+  // An item write() made that is not published after all.
+  void discard(const New& n) const {
+    if (n.item) alloc_.unmark(n.item.off);
+  }
+  // The item a slot held, once the store that unpublished it is persisted (variable).
+  void retire(uint64_t value_word) const {
+    if (variable_) alloc_.unmark(value_word);
+  }
+  // replace_value for items from write(): fence, one 8-byte store persisted, old item
+  // retired. Fixed format: the store persisted.
+  void swap_value(uint64_t& value_word, const New& n) const;
 
   // Replaces a live slot's value crash-atomically (caller holds the slot's write lock): one
   // 8-byte store of the value word (fixed); a new item published, swapped in and the old one

@@ -89,6 +89,14 @@ Status check_runtime(const common::Params& params) {
   return Parse(params, &c);
 }
 
+// After a crash, for a scheme on pm::Allocator's log-free protocol (mark/unmark), before
+// any operation or background allocation: frees the blocks the crash left allocated but
+// unreachable (an allocation not yet published, a free not yet persisted). Returns how many.
+inline uint64_t sweep_after_crash(SchemeContext& ctx, const Scheme& s) {
+  return ctx.alloc.sweep(
+      [&](const std::function<void(uint64_t)>& fn) { s.for_each_reachable(fn); });
+}
+
 // The same parser in a scheme's constructor: this open's run-time configuration
 // (SchemeFactory::runtime refused bad values before the pool was touched).
 template <class Config, Status (*Parse)(const common::Params&, Config*)>

@@ -363,6 +363,89 @@ void Allocator::for_each_allocated(
   }
 }
 
+// ---- the log-free protocol ----
+
+// The persistent word that says whether the block [off, off+size) is allocated: its chunk's
+// table word for a run of chunks (*bit = 0), else its slab bitmap word (*bit = its mask).
+uint64_t* Allocator::meta_word(uint64_t off, uint64_t size, uint64_t* bit) const {
+  uint64_t c = chunk_of(off);
+  if (size >= chunk_) {
+    *bit = 0;
+    return chunk_word(c);
+  }
+  uint64_t b = (off - chunk_off(c)) / size;
+  *bit = uint64_t{1} << (b % 64);
+  return pool_.ptr<uint64_t>(bitmap_word_off(c, b));
+}
+
+void Allocator::mark(const Reservation& r) {
+  uint64_t bit;
+  uint64_t* w = meta_word(r.off, r.size, &bit);
+  if (bit == 0)
+    std::atomic_ref<uint64_t>(*w).store(kChunkLarge | ((r.size / chunk_) << 8));
+  else
+    std::atomic_ref<uint64_t>(*w).fetch_or(bit, std::memory_order_acq_rel);
+  pool_.persister().flush(w, 8);
+  allocated_bytes_.fetch_add(r.size, std::memory_order_relaxed);
+}
+
+void Allocator::unmark(uint64_t off) {
+  uint64_t size = block_size(off), bit;
+  if (size == 0) return;  // not allocated: nothing to do (check() would report the caller)
+  uint64_t* w = meta_word(off, size, &bit);
+  if (bit == 0)
+    std::atomic_ref<uint64_t>(*w).store(kChunkFree, std::memory_order_release);
+  else
+    std::atomic_ref<uint64_t>(*w).fetch_and(~bit, std::memory_order_acq_rel);
+  unflushed_.store(true, std::memory_order_relaxed);
+  allocated_bytes_.fetch_sub(size, std::memory_order_relaxed);
+  if (on_free)
+    on_free(off);
+  else
+    release(off);
+}
+
+uint64_t Allocator::sweep(const std::function<void(const std::function<void(uint64_t)>&)>& walk) {
+  // One DRAM bit per 64-byte heap unit (a 512th of the heap): reached or not.
+  std::vector<uint64_t> reached((nchunks_ * chunk_ / kMinBlock + 63) / 64, 0);
+  auto unit = [&](uint64_t off) { return (off - heap_off_) / kMinBlock; };
+  walk([&](uint64_t off) {
+    if (off >= heap_off_ && off < heap_off_ + nchunks_ * chunk_)
+      reached[unit(off) / 64] |= uint64_t{1} << (unit(off) % 64);
+  });
+  std::vector<std::pair<uint64_t, uint64_t>> lost;
+  for_each_allocated([&](uint64_t off, uint64_t size) {
+    if (size != ~uint64_t{0} && !((reached[unit(off) / 64] >> (unit(off) % 64)) & 1))
+      lost.emplace_back(off, size);
+  });
+  const Persister& p = pool_.persister();
+  for (auto [off, size] : lost) {
+    uint64_t bit;
+    uint64_t* w = meta_word(off, size, &bit);
+    if (bit == 0)
+      std::atomic_ref<uint64_t>(*w).store(kChunkFree);
+    else
+      std::atomic_ref<uint64_t>(*w).fetch_and(~bit);
+    p.flush(w, 8);
+  }
+  if (lost.empty()) return 0;
+  p.fence();
+  swept_.fetch_add(lost.size(), std::memory_order_relaxed);
+  for (auto [off, size] : lost) {
+    allocated_bytes_.fetch_sub(size, std::memory_order_relaxed);
+    release(off);
+  }
+  return lost.size();
+}
+
+void Allocator::write_back() {
+  if (!unflushed_.exchange(false)) return;
+  const Persister& p = pool_.persister();
+  p.flush(chunk_word(0), nchunks_ * 8);
+  p.flush(pool_.ptr<char>(bitmap_off_), nchunks_ * (chunk_ / 512));
+  p.fence();
+}
+
 // ---- Tx ----
 
 void Tx::add(uint64_t off, Op op, uint64_t value) {

@@ -15,6 +15,15 @@
 // through a per-lane redo log: write log + checksum, fence, apply, fence, clear, fence.
 // Recovery replays a valid log (idempotently) and discards a torn one. A freed block is
 // persistently free at once; its DRAM reuse waits for an epoch grace period (release()).
+//
+// Log-free protocol (mark/unmark/sweep; docs/crash-testing.md "Allocation without a log"),
+// for a scheme whose recovery after a crash walks everything it references: mark() sets the
+// allocation bit and flushes its line beside the object's lines, unfenced — the fence that
+// orders the object before the store publishing it orders the bit too. unmark() clears the
+// bit of a block whose unpublishing store is already persisted, without a flush. A crash
+// can then leave only allocated, unreachable blocks (never a reachable, free one): sweep(),
+// run by the scheme's recovery, frees them, and write_back() at a clean close persists the
+// bits unmark() left in the cache.
 #pragma once
 
 #include <atomic>
@@ -64,6 +73,16 @@ class Allocator {
   // DRAM reuse of a block a committed Tx freed; call after the epoch grace period.
   void release(uint64_t off);
 
+  // Log-free protocol (see the top): no fence, no log.
+  void mark(const Reservation& r);  // allocation bit set and flushed (caller fences)
+  void unmark(uint64_t off);        // bit cleared, not flushed; DRAM reuse via on_free
+  // After a crash, before any operation: frees every allocated block `walk` does not
+  // report reachable (persisted, fenced); returns how many.
+  uint64_t sweep(const std::function<void(const std::function<void(uint64_t)>&)>& walk);
+  uint64_t swept() const { return swept_.load(std::memory_order_relaxed); }  // since open
+  // Clean close: persists the chunk table and every bitmap (what unmark() left unflushed).
+  void write_back();
+
   // Where the DRAM reuse of freed blocks is deferred to (epoch-based reclamation).
   std::function<void(uint64_t off)> on_free;
 
@@ -93,6 +112,7 @@ class Allocator {
   }
   bool log_committed(const uint64_t* lane) const;
   bool op_target_ok(uint64_t off, uint64_t op) const;
+  uint64_t* meta_word(uint64_t off, uint64_t size, uint64_t* bit) const;
   void build_dram_state();
 
   Pool& pool_;
@@ -106,6 +126,8 @@ class Allocator {
   std::vector<std::unique_ptr<Slab>> slabs_;  // by chunk; set under the class lock
   std::atomic<uint64_t> allocated_bytes_{0};
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
+  std::atomic<bool> unflushed_{false};
+  std::atomic<uint64_t> swept_{0};  // unmark() left a bit in the cache since write_back()
 };
 
 // One failure-atomic group of 8-byte stores, allocations and frees (at most kMaxOps).

@@ -135,6 +135,8 @@ Status SmartHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* ou
   if (r.nheads == 0 || r.stripe == 0 || ctx.alloc.block_size(r.heads) < r.nheads * sizeof(Bucket))
     return {Code::kCorrupted, "smartht: head bucket array missing or damaged"};
   *out = std::make_unique<SmartHT>(ctx, root_off, clean ? Start::kCleanReopen : Start::kAfterCrash);
+  // Inserts and deletes allocate and free without a log (pm::Allocator::mark/unmark).
+  if (!clean) sweep_after_crash(ctx, **out);
   return Status::Ok();
 }
 
@@ -243,43 +245,35 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
     if (damaged) return damaged_chain(k.head);
     if (found) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
-      // Update: one 8-byte store of the value word (fixed), or a new item swapped in with
-      // the old one freed, in one commit (variable).
+      // Update: one 8-byte store of the value word (fixed), or a new item (and its
+      // allocation bit) persisted, swapped in, and the old one retired (variable).
       common::Items::New item;
-      Status s = items_.make(key, value, k.kw, &item);
+      Status s = items_.write(key, value, k.kw, &item);
       if (!s.ok()) return s;
-      items_.replace_value(b->slots[i].value, item);
+      items_.swap_value(b->slots[i].value, item);
       return Status::Ok();
     }
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
     common::Items::New item;
-    Status s = items_.make(key, value, k.kw, &item);
+    Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) return s;
     if (target != nullptr) {
-      // Merged flush: value and key, then the token, in one line; one flush.
+      // Merged flush: value and key, then the token, in one line; one flush. The item and
+      // its allocation bit (variable) were flushed by write(); this fence orders them too.
       int slot = target->free_slot();
       common::store_word(target->slots[slot].value, item.value_word);
       common::store_word(target->slots[slot].key, item.key_word);
       p.line_order(target);
-      uint64_t tokens = Bucket::with_token(target->tokens, slot, true);
-      if (items_.variable()) {
-        // The token reaches PM through the redo log, whose replay does not follow the
-        // line's store order: the slot (and the item) must be persisted first.
-        p.persist(target, sizeof(Bucket));
-        pm::Tx tx(alloc_);
-        tx.publish(item.item);
-        tx.store(&target->tokens, tokens);
-        tx.commit();
-      } else {
-        common::store_word(target->tokens, tokens);
-        p.persist(target, sizeof(Bucket));
-      }
+      if (items_.variable()) p.fence();
+      common::store_word(target->tokens, Bucket::with_token(target->tokens, slot, true));
+      p.persist(target, sizeof(Bucket));
     } else {
-      // A new bucket, filled and persisted, then linked right after the head bucket by one
-      // 8-byte store. Its allocation commits with that store (no leak across a crash).
+      // A new bucket, filled, and persisted with its allocation bit; then linked right
+      // after the head bucket by one 8-byte store. A crash in between leaves it allocated
+      // and unreachable: the recovery sweep frees it.
       pm::Reservation r = alloc_.reserve(sizeof(Bucket));
       if (!r) {
-        items_.cancel(item);
+        items_.discard(item);
         return {Code::kPoolFull, "pool full: no space for a chained bucket"};
       }
       Bucket* nb = pool_.ptr<Bucket>(r.off);
@@ -287,12 +281,11 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       nb->slots[0] = Slot{item.key_word, item.value_word};
       nb->tokens = Bucket::with_token(0, 0, true);
       nb->next = h->next;
-      p.persist(nb, sizeof(Bucket));
-      pm::Tx tx(alloc_);
-      tx.publish(r);
-      if (items_.variable()) tx.publish(item.item);
-      tx.store(&h->next, r.off);
-      tx.commit();
+      p.flush(nb, sizeof(Bucket));
+      alloc_.mark(r);
+      p.fence();
+      common::store_word(h->next, r.off);
+      p.persist(&h->next, 8);
       st.chains.fetch_add(1, std::memory_order_relaxed);
     }
     st.live.fetch_add(1, std::memory_order_relaxed);
@@ -323,30 +316,26 @@ Status SmartHT::remove(std::string_view key) {
   if (prev != nullptr && tokens == 0) {
     reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);
     st.chains.fetch_sub(1, std::memory_order_relaxed);
-  } else if (items_.variable()) {
-    pm::Tx tx(alloc_);
-    tx.store(&b->tokens, tokens);
-    tx.free(b->slots[i].value);
-    tx.commit();
   } else {
+    uint64_t item = b->slots[i].value;
     common::store_word(b->tokens, tokens);
     pool_.persister().persist(&b->tokens, 8);
+    if (items_.variable()) items_.retire(item);  // once unreachable in PM
   }
   st.live.fetch_sub(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 // Beyond the paper (lazy deletion never gives a bucket back): a chained bucket whose last
-// item is deleted is unlinked and freed in one redo-logged commit, so a crash leaks nothing
-// and the key is gone exactly when the bucket is (its token need not be cleared). The
-// block's reuse waits an epoch grace period (Allocator::on_free); readers hold the stripe
-// lock, for_each an epoch guard.
+// item is deleted is unlinked by one persisted 8-byte store, then it and its item are freed
+// (a crash in between: the recovery sweep frees them), so the key is gone exactly when the
+// bucket is (its token need not be cleared). The block's reuse waits an epoch grace period
+// (Allocator::on_free); readers hold the stripe lock, for_each an epoch guard.
 void SmartHT::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
-  pm::Tx tx(alloc_);
-  tx.store(&prev->next, b->next);
-  tx.free(pool_.offset(b));
-  if (item != 0) tx.free(item);
-  tx.commit();
+  common::store_word(prev->next, b->next);
+  pool_.persister().persist(&prev->next, 8);
+  alloc_.unmark(pool_.offset(b));
+  if (item != 0) items_.retire(item);
   reclaimed_.fetch_add(1, std::memory_order_relaxed);
 }
 

@@ -122,6 +122,8 @@ Status Wophi::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out)
     if (ctx.alloc.block_size(r.areas[a]) < (r.pab_initial << a) * sizeof(Bucket))
       return {Code::kCorrupted, "wophi: PAB area " + std::to_string(a) + " missing"};
   *out = std::make_unique<Wophi>(ctx, root_off, !clean);
+  // Inserts and deletes allocate and free without a log (pm::Allocator::mark/unmark).
+  if (!clean) sweep_after_crash(ctx, **out);
   return Status::Ok();
 }
 
@@ -187,17 +189,17 @@ Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
     int i;
     if (find(k, key, &b, &i)) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
-      // Update: the value word is one 8-byte store (fixed); a new item swapped in with the
-      // old one freed, in one commit (variable).
+      // Update: the value word is one 8-byte store (fixed); a new item (and its allocation
+      // bit) persisted, swapped in, and the old one retired (variable).
       common::Items::New item;
-      Status s = items_.make(key, value, k.kw, &item);
+      Status s = items_.write(key, value, k.kw, &item);
       if (!s.ok()) return s;
-      items_.replace_value(b->slots[i].value, item);
+      items_.swap_value(b->slots[i].value, item);
       return Status::Ok();
     }
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
-    common::Items::New item;
-    Status s = items_.make(key, value, k.kw, &item);
+    common::Items::New item;  // variable: item and allocation bit flushed, fenced below
+    Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) return s;
     Bucket* tail = main(k.index);
     for (Bucket* tb = tail;; tb = at(tb->next)) {
@@ -210,16 +212,8 @@ Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
         common::store_word(slot.key, item.key_word);
         common::store_word(slot.value, item.value_word);
         p.persist(&slot, sizeof slot);
-        uint64_t tokens = Bucket::with_token(tb->tokens, free, true);
-        if (items_.variable()) {
-          pm::Tx tx(alloc_);
-          tx.publish(item.item);
-          tx.store(&tb->tokens, tokens);
-          tx.commit();
-        } else {
-          common::store_word(tb->tokens, tokens);
-          p.persist(&tb->tokens, 8);
-        }
+        common::store_word(tb->tokens, Bucket::with_token(tb->tokens, free, true));
+        p.persist(&tb->tokens, 8);
         return Status::Ok();
       }
       if (tb->next == 0) break;
@@ -228,24 +222,20 @@ Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
     Bucket* nb = nullptr;
     s = take_chain_bucket(&r, &nb);
     if (!s.ok()) {
-      items_.cancel(item);
+      items_.discard(item);
       return s;
     }
-    std::memset(static_cast<void*>(nb), 0, sizeof(Bucket));
+    // Log-free failure-atomic write of the new bucket's line 0 (slot 0 and its token), then
+    // the link: two flushes, two fences. A bucket allocated on the write path (pab=off) is
+    // marked allocated beside it; a crash before the link leaves it to the recovery sweep.
+    std::memset(static_cast<void*>(nb), 0, offsetof(Bucket, slots) + 3 * sizeof(Slot));
     nb->slots[0] = Slot{item.key_word, item.value_word};
     nb->tokens = Bucket::with_token(0, 0, true);
-    nb->owner = pool_.offset(tail);
-    p.persist(nb, sizeof(Bucket));
-    if (r || items_.variable()) {  // an allocation to commit with the link
-      pm::Tx tx(alloc_);
-      if (r) tx.publish(r);
-      if (items_.variable()) tx.publish(item.item);
-      tx.store(&tail->next, pool_.offset(nb));
-      tx.commit();
-    } else {
-      common::store_word(tail->next, pool_.offset(nb));
-      p.persist(&tail->next, 8);
-    }
+    p.flush(nb, pm::kCacheLine);
+    if (r) alloc_.mark(r);
+    p.fence();
+    common::store_word(tail->next, pool_.offset(nb));
+    p.persist(&tail->next, 8);
     chain_buckets_.fetch_add(1, std::memory_order_relaxed);
   }
   if (use_pab_) maybe_grow_in_background();
@@ -263,41 +253,30 @@ Status Wophi::remove(std::string_view key) {
   uint64_t tokens = Bucket::with_token(b->tokens, i, false);
   if (prev != nullptr && tokens == 0) {
     reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);
-  } else if (items_.variable()) {
-    pm::Tx tx(alloc_);
-    tx.store(&b->tokens, tokens);
-    tx.free(b->slots[i].value);
-    tx.commit();
   } else {
+    uint64_t item = b->slots[i].value;
     common::store_word(b->tokens, tokens);
     pool_.persister().persist(&b->tokens, 8);
+    if (items_.variable()) items_.retire(item);  // once unreachable in PM
   }
   return Status::Ok();
 }
 
 // Beyond the paper (its chains never shrink): a chain bucket whose last item is deleted is
-// unlinked; the unlink deletes the key too (the bucket's token need not be cleared). At the
-// chain's end, in fixed format, that is one log-free 8-byte store; otherwise the bucket after
-// it gets its new `owner` and the item is freed in the same redo-logged commit. A PAB bucket
-// returns to the PAB free list at once (a crash before then: recover_pab finds it
-// unlinked): every walk of a chain (get, put, remove, size, for_each) holds its stripe lock,
-// so once the unlink is done under the exclusive lock no reader can reach the bucket, and no
-// grace period is needed before another chain reuses it. A bucket allocated on the write
-// path is freed in the commit (its DRAM reuse goes through the allocator's epochs).
+// unlinked by one persisted 8-byte store; the unlink deletes the key too (the bucket's token
+// need not be cleared). Then the item, and a bucket allocated on the write path, are freed
+// (a crash in between: the recovery sweep frees them). A PAB bucket returns to the PAB free
+// list at once (a crash before then: recover_pab finds it unlinked): every walk of a chain
+// (get, put, remove, size, for_each) holds its stripe lock, so once the unlink is done under
+// the exclusive lock no reader can reach the bucket, and no grace period is needed before
+// another chain reuses it. A freed block's DRAM reuse goes through the allocator's epochs.
 void Wophi::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
   uint64_t off = pool_.offset(b), g = 0;
   bool in_pab = pab_index(off, &g);
-  if (b->next == 0 && item == 0 && in_pab) {
-    common::store_word(prev->next, uint64_t{0});
-    pool_.persister().persist(&prev->next, 8);
-  } else {
-    pm::Tx tx(alloc_);
-    if (b->next != 0) tx.store(&at(b->next)->owner, pool_.offset(prev));
-    tx.store(&prev->next, b->next);
-    if (!in_pab) tx.free(off);
-    if (item != 0) tx.free(item);
-    tx.commit();
-  }
+  common::store_word(prev->next, b->next);
+  pool_.persister().persist(&prev->next, 8);
+  if (!in_pab) alloc_.unmark(off);
+  if (item != 0) items_.retire(item);
   reclaimed_.fetch_add(1, std::memory_order_relaxed);
   chain_buckets_.fetch_sub(1, std::memory_order_relaxed);
   if (in_pab) {
@@ -307,14 +286,6 @@ void Wophi::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
 }
 
 // ---- Pre-Allocation Buckets ----
-
-void Wophi::persist_high_water(uint64_t n) {
-  std::atomic_ref<uint64_t> w(root_->expand_bucket_num);
-  uint64_t cur = w.load();
-  while (cur < n && !w.compare_exchange_weak(cur, n)) {
-  }
-  pool_.persister().flush(&root_->expand_bucket_num, 8);  // fenced with the bucket's persist
-}
 
 Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
   if (!use_pab_) {  // the mechanism PAB replaces: allocation on the write path
@@ -348,7 +319,8 @@ Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
       }
       if (pab_next_.compare_exchange_weak(g, g + 1)) break;
     }
-    persist_high_water(g + 1);  // expand_bucket_num += 1
+    // expand_bucket_num += 1 (Alg. 1 line 33) in DRAM only: open recomputes it from the
+    // chains (recover_pab), so the root line is not flushed on the write path.
   }
   *out = at(pab_offset(g));
   return Status::Ok();
@@ -517,8 +489,6 @@ bool Wophi::check(std::string* report) const {
       }
       if (!ok) break;  // never follow a link found bad
       if (!seen_chain.insert(b->next).second) bad(where + ": bucket linked twice");
-      if (!ok) break;
-      if (at(b->next)->owner != pool_.offset(b)) bad(where + ": chain bucket's owner differs");
       if (!ok) break;
       b = at(b->next);
     }

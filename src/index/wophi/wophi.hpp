@@ -21,14 +21,16 @@ inline constexpr int kSlots = 4;  // ASSOC_NUM
 // two cache lines after Level hashing's bucket:
 //
 //   line 0 | tokens 4 x 1 B, pad 4 B | next 8 B | slot 0 16 B | slot 1 16 B | slot 2 16 B |
-//   line 1 | slot 3 16 B | owner 8 B | pad 40 B |
+//   line 1 | slot 3 16 B | unused 8 B | pad 40 B |
 //
-// `owner` is set in PAB buckets: the bucket it is linked after (for check()).
+// A new chain bucket holds one item, in slot 0: only line 0 is written and flushed (line 1
+// holds slot 3, dead while its token is 0). The word after slot 3 once held a debug-only
+// back pointer whose flush cost the chain insert a third line; it is no longer written.
 struct alignas(128) Bucket {
   uint64_t tokens;
   uint64_t next;
   common::Slot slots[kSlots];
-  uint64_t owner;
+  uint64_t unused;
   uint64_t pad[5];
 
   bool live(int i) const { return ((tokens >> (8 * i)) & 0xFF) == 1; }
@@ -37,7 +39,7 @@ struct alignas(128) Bucket {
   }
 };
 static_assert(sizeof(Bucket) == 128);
-static_assert(offsetof(Bucket, slots) == 16 && offsetof(Bucket, owner) == 80);
+static_assert(offsetof(Bucket, slots) == 16 && offsetof(Bucket, unused) == 80);
 
 inline constexpr int kMaxAreas = 32;
 
@@ -47,7 +49,8 @@ struct Root {
   uint64_t nbuckets;           // main buckets
   uint64_t buckets;            // offset of the main bucket array
   uint64_t stripe;             // main buckets per lock stripe
-  uint64_t expand_bucket_num;  // PAB buckets handed out (a high-water mark, persisted first)
+  uint64_t expand_bucket_num;  // PAB buckets handed out: exact after a clean close (open
+                               // recomputes it from the chains, so inserts do not persist it)
   uint64_t pab_initial;        // buckets in PAB area 0
   uint64_t nareas;             // PAB areas allocated
   uint64_t reserved;
@@ -108,7 +111,6 @@ class Wophi final : public Scheme {
   void maybe_grow_in_background();
   void grow_in_background();  // the worker's task
   void recover_pab();         // at open: taken-but-unlinked PAB buckets are reused
-  void persist_high_water(uint64_t n);
 
   pm::Pool& pool_;
   pm::Allocator& alloc_;
