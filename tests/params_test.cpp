@@ -103,6 +103,7 @@ Map other_layout(const std::string& scheme) {
   if (scheme == "hdnh") return {{"segment_bytes", "512"}, {"segments", "2"}};
   if (scheme == "pmeh")
     return {{"segment_bytes", "4096"}, {"split", "2"}, {"zones", "2"}, {"depth", "1"}};
+  if (scheme == "lineht") return {{"shards", "4"}, {"buckets", "4"}, {"probe", "4"}};
   return {};
 }
 

@@ -42,16 +42,15 @@ Status LineHT::parse_runtime(const common::Params& params, Runtime* out) {
 Status LineHT::layout(const Options& o, common::Params* layout) {
   common::Params p(o.params);
   uint64_t buckets, probe, shards;
-  if (!p.get_u64("buckets", 64, &buckets) || buckets == 0 || buckets > kMaxShardBuckets / 2)
-    return {Code::kInvalidArgument, "lineht: 'buckets' (initial buckets per shard) invalid"};
-  if (!p.get_u64("probe", 16, &probe) || probe == 0 || probe > kMaxProbe)
-    return {Code::kInvalidArgument, "lineht: 'probe' (buckets per probe sequence) must be 1..32"};
+  Status s = p.get_u64("lineht", "buckets", 64, 1, kMaxShardBuckets / 2, &buckets);
+  if (s.ok()) s = p.get_u64("lineht", "probe", 16, 1, kMaxProbe, &probe);
+  if (!s.ok()) return s;
   // Sized from the capacity hint for a load factor near 0.75, else 256 shards.
   uint64_t per_shard = std::max<uint64_t>(1, buckets * kSlots * 3 / 4);
   uint64_t def = o.capacity_hint ? (o.capacity_hint + per_shard - 1) / per_shard : 256;
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
-  if (!p.get_u64("shards", def, &shards) || shards == 0 || shards > kMaxShards)
-    return {Code::kInvalidArgument, "lineht: 'shards' must be 1..16777216"};
+  s = p.get_u64("lineht", "shards", def, 1, kMaxShards, &shards);
+  if (!s.ok()) return s;
   layout->set("shards", std::to_string(shards));
   layout->set("buckets", std::to_string(buckets));
   layout->set("probe", std::to_string(probe));
