@@ -50,7 +50,8 @@ int pmhash_open(const char* path, const pmhash_options* o, pmhash_index** out, c
   pmhash::Options opt;
   if (o != nullptr) {
     if (o->scheme != nullptr) opt.scheme = o->scheme;
-    opt.format = o->variable_format ? pmhash::Format::kVariable : pmhash::Format::kFixed;
+    // 0 or 1; anything else reaches Index::open, which names the allowed values.
+    opt.format = static_cast<pmhash::Format>(static_cast<uint32_t>(o->variable_format));
     opt.mode = static_cast<pmhash::Mode>(o->mode);
     opt.create = o->create != 0;
     if (o->pool_size != 0) opt.pool_size = o->pool_size;

@@ -119,13 +119,18 @@ void IndexImpl::drop_record() {
 
 // Until the first write after a clean open, the items the scheme iterates must be the count
 // the close recorded.
+// After a clean open and before any write, the index holds exactly the recorded count. While
+// the record stands otherwise (after a crash, or after inserts: nothing was removed since
+// the last clean close, pm::Pool::drop_recorded_count), it is a lower bound.
 bool IndexImpl::check_recorded_count(std::string* report) const {
-  if (!recorded_known || written.load(std::memory_order_relaxed)) return true;
+  const bool exact = recorded_known && !written.load(std::memory_order_relaxed);
+  if (!exact && !holds_record.load(std::memory_order_acquire)) return true;
   uint64_t n = 0;
   scheme->for_each([&](const common::Slot&) { ++n; });
-  if (n == recorded_count) return true;
-  *report += "the last clean close recorded " + std::to_string(recorded_count) +
-             " live items; the index holds " + std::to_string(n) + "\n";
+  if (exact ? n == recorded_count : n >= recorded_count) return true;
+  *report += "the last clean close recorded " + std::to_string(recorded_count) + " live items" +
+             (exact ? "" : " and none was removed since") + "; the index holds " +
+             std::to_string(n) + "\n";
   return false;
 }
 
@@ -227,11 +232,48 @@ static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactor
 // the root and published words, the scheme's root (SchemeFactory::validate). The one write
 // allowed before: finishing a committed allocator transaction (a redo log whose checksum
 // and entries are valid), since the root a scheme validates may be in it.
+// `real`: the arguments the pool was opened with, when it is the real pool (not a shadow).
 static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, std::string* report,
-                                   bool* fresh) {
+                                   bool* fresh, const pm::PoolArgs* real);
+
+// A crashed pool's committed redo log is replayed before the root and the scheme can be
+// validated. To refuse a damaged pool without changing it, the replay and the validation
+// first run in a shadow: a private copy-on-write view of the same file.
+static Status validate_in_shadow(const std::string& path, pm::PoolArgs pa, const SchemeFactory& f,
+                                 const Options& options, std::string* report) {
+  pa.read_only = pa.shadow = true;
+  pa.create = false;
+  pa.hook = nullptr;
+  std::unique_ptr<pm::Pool> pool;
+  Status s = pm::Pool::open(path, pa, &pool);
+  if (!s.ok()) return s;
+  auto threads = pm::ThreadRegistry::make();
+  pm::Allocator alloc(*pool);
+  common::Items items(pool->format(), alloc);
+  pm::Epochs epochs;
+  SchemeContext ctx{*pool,
+                    alloc,
+                    epochs,
+                    *threads,
+                    items,
+                    options,
+                    common::Params::parse(pool->params()),
+                    common::Params(options.params)};
+  bool fresh = false;
+  return validate_before_open(ctx, f, report, &fresh, nullptr);
+}
+
+static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, std::string* report,
+                                   bool* fresh, const pm::PoolArgs* real) {
   Status s = ctx.alloc.validate(false, report);
   if (!s.ok()) return s;
-  if (ctx.alloc.has_committed_log()) ctx.alloc.replay_committed();
+  if (ctx.alloc.has_committed_log()) {
+    if (real != nullptr && !ctx.pool.read_only()) {
+      s = validate_in_shadow(ctx.pool.path(), *real, f, ctx.options, report);
+      if (!s.ok()) return s;
+    }
+    ctx.alloc.replay_committed();
+  }
   s = ctx.pool.check_root_state();
   if (!s.ok()) {
     if (report) *report += s.message() + "\n";
@@ -322,7 +364,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
                     common::Params::parse(pool.params()),
                     common::Params(options.params)};
   bool fresh = false;
-  s = validate_before_open(ctx, *f, hooks.report, &fresh);
+  s = validate_before_open(ctx, *f, hooks.report, &fresh, &pa);
   if (!s.ok()) return s;
 
   // Validated: from here on the file is ours. Mark it in use, so a crash from now on means

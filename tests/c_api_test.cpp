@@ -42,6 +42,13 @@ TEST(CApi, RoundTripAndErrors) {
     int rc = pmhash_open(p.path.c_str(), &o, &t, err, sizeof err);
     EXPECT_NE(rc, 0);
     EXPECT_NE(std::strstr(err, "format"), nullptr) << err;
+    // variable_format is 0 or 1: other values are refused, naming the allowed ones.
+    for (int bad : {7, -1}) {
+      o.variable_format = bad;
+      err[0] = 0;
+      EXPECT_NE(pmhash_open(p.path.c_str(), &o, &t, err, sizeof err), 0) << bad;
+      EXPECT_NE(std::strstr(err, "fixed(0), variable(1)"), nullptr) << err;
+    }
   }
 }
 

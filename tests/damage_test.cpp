@@ -23,6 +23,7 @@
 #include <random>
 #include <set>
 
+#include "crash_sim.hpp"
 #include "index/hdnh/hdnh.hpp"
 #include "index/lineht/lineht.hpp"
 #include "index/pmeh/pmeh.hpp"
@@ -159,6 +160,69 @@ void zero_ranges(std::vector<char>* b, const Ranges& ranges) {
 }
 
 class DamageTest : public ::testing::TestWithParam<SchemeFormat> {};
+
+// After a crash the recorded count still bounds the live items from below (nothing was
+// removed since the last clean close): check() must report lost items, not call them clean.
+TEST_P(DamageTest, CheckAfterACrashReportsItemsBelowTheRecordedCount) {
+  TempPool p;
+  const SchemeFormat sf = GetParam();
+  std::vector<char> bytes = make_pool(p.path, sf, 40);
+  ASSERT_FALSE(bytes.empty());
+  for (auto [off, len] : bucket_ranges(bytes, sf.scheme))  // the first half of every range
+    std::memset(bytes.data() + off, 0, len / 2 / 64 * 64 + (len < 128 ? len / 2 : 0));
+  set_word(&bytes, pm::kMutableHeaderOffset, 0);  // the clean-shutdown flag: a crash
+  write_bytes(p.path, bytes);
+  std::unique_ptr<Index> idx;
+  Status s = reopen(p.path, sf, false, &idx);
+  ASSERT_TRUE(s.ok()) << s.to_string();  // some items survive: the open is not refused
+  ASSERT_LT(idx->size(), 40u) << "the damage removed no item: the test proves nothing";
+  std::string report;
+  EXPECT_FALSE(idx->impl()->check(&report));
+  EXPECT_NE(report.find("none was removed since"), std::string::npos) << report;
+}
+
+// A crashed pool whose redo log committed but was not applied: open replays the log before
+// it can validate the root. With the root word zeroed, the open is refused — and must leave
+// the file as it was, so the replay first runs in a private shadow view (index.cpp).
+TEST_P(DamageTest, RefusedOpenOfACrashedPoolWithACommittedLogChangesNothing) {
+  TempPool p;
+  const SchemeFormat sf = GetParam();
+  std::vector<std::vector<char>> images;
+  {
+    CrashSim sim;
+    OpenHooks h = small_hooks();
+    h.persist_hook = &sim;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(open_index(p.path, damage_options(sf), h, &idx).ok());
+    sim.at_crash_point = [&] {
+      images.emplace_back();
+      sim.make_image(CrashSim::Mix::kAllNew, images.size(), &images.back());
+    };
+    bool fixed = sf.format == Format::kFixed;
+    for (int i = 0; i < 12; ++i) {
+      std::string k = key_of(i, sf.format);
+      ASSERT_TRUE(idx->upsert(k, make_value(k, 1, fixed)).ok());
+      ASSERT_TRUE(idx->upsert(k, make_value(k, 2, fixed)).ok());
+    }
+    sim.at_crash_point = nullptr;
+    idx->impl()->closed = true;  // leave the file to the images
+  }
+  ASSERT_FALSE(images.empty());
+  int refused = 0;
+  for (size_t i = 0; i < images.size(); ++i) {
+    std::vector<char>& bytes = images[i];
+    set_word(&bytes, kRootWordOffset, 0);
+    write_bytes(p.path, bytes);
+    std::unique_ptr<Index> idx;
+    Status s = reopen(p.path, sf, false, &idx);
+    ASSERT_FALSE(s.ok()) << "crash point " << i;
+    EXPECT_EQ(s.code(), Code::kCorrupted) << "crash point " << i << ": " << s.to_string();
+    ++refused;
+    ASSERT_TRUE(read_file(p.path) == bytes)
+        << "crash point " << i << " of " << images.size() << ": the refused open changed the file";
+  }
+  EXPECT_GT(refused, 0);
+}
 
 // A zeroed root word used to re-create the pool silently (100 keys -> 0 keys).
 TEST_P(DamageTest, ZeroedRootIsCorruptedAndTheFileUnchanged) {

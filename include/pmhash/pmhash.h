@@ -24,7 +24,7 @@ typedef struct pmhash_index pmhash_index;
 
 typedef struct pmhash_options {
   const char* scheme;     /* e.g. "turbohash" */
-  int variable_format;    /* 0: fixed 8-byte keys/values, 1: variable byte strings */
+  int variable_format;    /* 0: fixed 8-byte keys/values, 1: variable byte strings (else refused) */
   int mode;               /* 0 auto, 1 pm, 2 emulated, 3 msync, 4 none */
   int create;             /* create the pool when missing */
   uint64_t pool_size;     /* bytes for a new pool (0: default) */

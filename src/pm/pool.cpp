@@ -242,7 +242,7 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   }
   // flock locks belong to the open file description: a second open, in this process or
   // another, fails here.
-  if (flock(p->fd_, (args.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+  if (!args.shadow && flock(p->fd_, (args.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
       return {Code::kPoolBusy, "pool '" + path + "' is already open (locked by another user)"};
     return {Code::kIoError, errno_text("cannot lock pool file", path)};

@@ -101,6 +101,10 @@ struct PoolArgs {
   // Inspect without changing the file: shared lock, private copy-on-write mapping (recovery
   // runs in private pages), persistence off. For tools (info, check, export).
   bool read_only = false;
+  // A read-only view of a pool this process already holds open exclusively (no lock of its
+  // own: the holder's covers it). Index::open validates a crashed pool's committed redo log
+  // in such a view before replaying it for real, so a refused open changes nothing.
+  bool shadow = false;
 };
 
 class Pool {
