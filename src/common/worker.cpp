@@ -1,13 +1,10 @@
 #include "common/worker.hpp"
 
+#include "common/spin_lock.hpp"
+
 namespace pmhash::common {
 
 namespace {
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 // A wrapping counter `a` has reached `b` (they never drift 2^31 apart).
 inline bool reached(uint32_t a, uint32_t b) {
   return static_cast<int32_t>(a - b) >= 0;

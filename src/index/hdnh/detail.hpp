@@ -1,4 +1,4 @@
-// Helpers shared by the HDNH files: spin locks, the second hash function, the hot items of
+// Helpers shared by the HDNH files: the stripe lock, the second hash function, the hot items of
 // the variable format, and the classes nested in Hdnh that more than one file uses.
 #pragma once
 
@@ -9,15 +9,14 @@
 #include <string>
 #include <thread>
 
+#include "common/spin_lock.hpp"
 #include "index/hdnh/hdnh.hpp"
 
 namespace pmhash::hdnh {
 
 namespace detail {
 
-inline void cpu_relax() {
-  asm volatile("pause" ::: "memory");
-}
+using common::cpu_relax;
 
 // The second hash function (§3.1: two hash functions, 2-choice for segments and buckets).
 inline uint64_t mix(uint64_t x) {
@@ -27,26 +26,10 @@ inline uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// A spin lock word (DRAM); writers of one key hold it for a few hundred nanoseconds.
-inline void lock_word(std::atomic<uint32_t>& w) {
-  for (int spins = 0;; ++spins) {
-    uint32_t expect = 0;
-    if (w.load(std::memory_order_relaxed) == 0 &&
-        w.compare_exchange_weak(expect, 1, std::memory_order_acquire))
-      return;
-    if (spins < 64)
-      cpu_relax();
-    else
-      std::this_thread::yield();
-  }
-}
-inline bool try_lock_word(std::atomic<uint32_t>& w) {
-  uint32_t expect = 0;
-  return w.compare_exchange_strong(expect, 1, std::memory_order_acquire);
-}
-inline void unlock_word(std::atomic<uint32_t>& w) {
-  w.store(0, std::memory_order_release);
-}
+// Stripe and hot-table writer locks: common/spin_lock.hpp.
+using common::lock_word;
+using common::try_lock_word;
+using common::unlock_word;
 
 inline uint64_t bit(int slot) {
   return uint64_t{1} << slot;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/shard_word.hpp"
 #include "index/lineht/bucket.hpp"
 #include "index/scheme.hpp"
 
@@ -26,19 +27,12 @@ struct Root {
 };
 inline constexpr uint64_t kRootMagic = 0x5448'454e'494c'4850ull;  // "PHLINEHT"
 
-// A shard word of the directory: bucket count << 44 | offset of the bucket array. A resize
-// publishes a new shard by one 8-byte store of this word (in the allocator's commit).
-inline constexpr int kCountShift = 44;
-inline uint64_t pack(uint64_t buckets, uint64_t off) {
-  return (buckets << kCountShift) | off;
-}
-inline uint64_t packed_count(uint64_t p) {
-  return p >> kCountShift;
-}
-inline uint64_t packed_offset(uint64_t p) {
-  return p & ((uint64_t{1} << kCountShift) - 1);
-}
-inline constexpr uint64_t kMaxShardBuckets = (uint64_t{1} << (64 - kCountShift)) - 1;
+// A shard word of the directory (common/shard_word.hpp). A resize publishes a new shard by
+// one 8-byte store of this word (in the allocator's commit).
+using common::kMaxShardBuckets;
+using common::pack;
+using common::packed_count;
+using common::packed_offset;
 inline constexpr uint64_t kMaxProbe = 32;  // fits the filter word's 6-bit reach
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 

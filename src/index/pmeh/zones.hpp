@@ -10,22 +10,11 @@
 #include <memory>
 #include <thread>
 
+#include "common/spin_lock.hpp"
+
 namespace pmhash::pmeh {
 
-inline void cpu_relax() {
-  asm volatile("pause" ::: "memory");
-}
-
-inline void spin_lock(std::atomic<uint32_t>& l) {
-  for (int spins = 0;; ++spins) {
-    uint32_t z = 0;
-    if (l.load(std::memory_order_relaxed) == 0 &&
-        l.compare_exchange_weak(z, 1, std::memory_order_acquire))
-      return;
-    if (spins > 64) std::this_thread::yield();
-    cpu_relax();
-  }
-}
+using common::cpu_relax;
 
 enum class ZoneMode { kExclusive, kShared };
 
@@ -125,11 +114,11 @@ struct ZoneLock {
   ZoneLock(std::atomic<uint32_t>& lock, bool take) {
     if (take) {
       l = &lock;
-      spin_lock(lock);
+      common::lock_word(lock);
     }
   }
   ~ZoneLock() {
-    if (l) l->store(0, std::memory_order_release);
+    if (l) common::unlock_word(*l);
   }
   ZoneLock(const ZoneLock&) = delete;
   ZoneLock& operator=(const ZoneLock&) = delete;

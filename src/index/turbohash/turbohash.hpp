@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/shard_word.hpp"
 #include "common/tag_match.hpp"
 #include "index/scheme.hpp"
 #include "index/turbohash/bucket.hpp"
@@ -37,17 +38,10 @@ static_assert(sizeof(Descriptor) == 32);
 inline constexpr uint64_t kMutationSkipSlotFlush = 1;       // publish a slot never flushed
 inline constexpr uint64_t kMutationPublishBeforeWrite = 2;  // resize: publish, then write
 
-inline constexpr int kCountShift = 44;
-inline uint64_t pack(uint64_t buckets, uint64_t off) {
-  return (buckets << kCountShift) | off;
-}
-inline uint64_t packed_count(uint64_t p) {
-  return p >> kCountShift;
-}
-inline uint64_t packed_offset(uint64_t p) {
-  return p & ((uint64_t{1} << kCountShift) - 1);
-}
-inline constexpr uint64_t kMaxShardBuckets = (uint64_t{1} << (64 - kCountShift)) - 1;
+using common::kMaxShardBuckets;
+using common::pack;
+using common::packed_count;
+using common::packed_offset;
 
 class TurboHash final : public Scheme {
  public:
