@@ -77,15 +77,16 @@ bench-suite: build/release/pmhash-bench
 	  --json results/$(SUITE).json --csv results/$(SUITE).csv
 	$(PYTHON) bench/plot.py results/$(SUITE).json --out results/$(SUITE).png
 
-# docs/RESULTS.md's data and figures: the cross-scheme comparison at full size and every
+# docs/RESULTS.md's data and figures: the cross-scheme comparisons (compare: 1M keys, every
+# setup; large: 20M keys, pre-sized and growing) at full size and every
 # paper's suite scaled by RESULTS_SCALE, each run RESULTS_REPEAT times (medians, min-max).
 RESULTS_SCALE ?= 0.2
 RESULTS_REPEAT ?= 3
-RESULTS_SUITES ?= compare turbohash smartht wophi hdnh pmeh
+RESULTS_SUITES ?= compare large turbohash smartht wophi hdnh pmeh
 results: build/release/pmhash-bench
 	mkdir -p docs/results
 	for s in $(RESULTS_SUITES); do \
-	  scale=$(RESULTS_SCALE); [ $$s = compare ] && scale=1; \
+	  scale=$(RESULTS_SCALE); case $$s in compare|large) scale=1;; esac; \
 	  PMHASH_BENCH_SCALE=$$scale build/release/pmhash-bench --suite $$s --repeat $(RESULTS_REPEAT) \
 	    --pool-dir $(POOL_DIR) --json docs/results/$$s.json --csv docs/results/$$s.csv || exit 1; \
 	done

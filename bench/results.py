@@ -5,7 +5,9 @@
 
 For every <suite>.json: <suite>.png (bench/plot.py). For compare.json, also compare.png
 (throughput per workload, one panel per setup) and compare.md (the cross-scheme tables:
-medians of the repeats, with the spread as +-half the min-max range in percent).
+medians of the repeats, with the spread as +-half the min-max range in percent). For
+large.json, large.md: the same tables for the pre-sized and the growing runs, and the ratio of
+their loads.
 """
 import json
 import os
@@ -41,17 +43,18 @@ def compare_tables(rows, repeats, command):
                (command, repeats))
     out.append("")
     schemes = list(OrderedDict.fromkeys(r["scheme"] for r in rows))
+    workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in rows)]
     for fmt, dist, t in setups(rows):
         sel = [r for r in rows if (r["format"], r["dist"], r["threads"]) == (fmt, dist, t)]
         out.append("#### %s keys/values, %s, %d thread%s — Mops/s" %
                    ("8/8 fixed" if fmt == "fixed" else "16/16 variable", dist, t,
                     "" if t == 1 else "s"))
         out.append("")
-        out.append("| scheme | " + " | ".join(WORKLOADS) + " |")
-        out.append("|---" * (len(WORKLOADS) + 1) + "|")
+        out.append("| scheme | " + " | ".join(workloads) + " |")
+        out.append("|---" * (len(workloads) + 1) + "|")
         for s in schemes:
             cells = []
-            for w in WORKLOADS:
+            for w in workloads:
                 r = [x for x in sel if x["scheme"] == s and x["workload"] == w and
                      x.get("variant") in ("pm", "dram", "cuckoo")]
                 cells.append(spread(r[0]) if r else "-")
@@ -92,6 +95,25 @@ def compare_tables(rows, repeats, command):
                 spread(rec[0], "recovery_ms") if rec else "-"))
         out.append("")
     return "\n".join(out)
+
+
+def large_tables(rows, repeats, command):
+    """The `large` suite: pre-sized runs (no label) and growing ones (label "no hint")."""
+    sized = [r for r in rows if r.get("label", "") != "no hint"]
+    grown = [r for r in rows if r.get("label", "") == "no hint"]
+    out = [compare_tables(sized, repeats, command).replace("compare.json", "large.json"), "",
+           "### Growing from empty (no capacity hint)", "",
+           "\n".join(compare_tables(grown, repeats, command).splitlines()[4:]), "",
+           "Load throughput growing from empty / pre-sized (medians): "]
+    ratios = []
+    for s in OrderedDict.fromkeys(r["scheme"] for r in grown):
+        a = [r["mops"] for r in grown if r["scheme"] == s and r["workload"] == "load"]
+        b = [r["mops"] for r in sized if r["scheme"] == s and r["workload"] == "load"
+             and r.get("variant") == "pm"]
+        if a and b and b[0]:
+            ratios.append("%s %.2f" % (s, a[0] / b[0]))
+    out[-1] += ", ".join(ratios) + "."
+    return "\n".join(out) + "\n"
 
 
 def compare_figure(rows, path):
@@ -214,6 +236,11 @@ def main():
                 f.write(compare_tables(data["rows"], data.get("repeats", 1),
                                        data.get("command", "")))
             print("wrote", stem + ".png", stem + ".md")
+        elif name == "large.json":
+            with open(stem + ".md", "w") as f:
+                f.write(large_tables(data["rows"], data.get("repeats", 1),
+                                     data.get("command", "")))
+            print("wrote", stem + ".md")
         else:
             subprocess.run([sys.executable, plot, path, "--out", stem + ".png"], check=True)
     paper_figures(d)

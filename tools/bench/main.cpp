@@ -25,7 +25,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 const char* kUsage = R"(usage: pmhash-bench [options]
-  --suite NAME          quick | compare | smartht | turbohash | wophi | hdnh | pmeh
+  --suite NAME          quick | compare | large | smartht | turbohash | wophi | hdnh | pmeh
   --schemes a,b         schemes to run (default: all registered)
   --variants pm,off,dram,cuckoo  pm: persistent; off: persistence off; dram: abseil map behind
                         striped locks; cuckoo: libcuckoo (fixed 8-byte keys in fixed format)
@@ -109,6 +109,37 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
             v.push_back(c);
           }
         }
+  } else if (name == "large") {
+    // The cross-scheme comparison near the papers' sizes (issues 17, 19): 20M keys, fixed
+    // 8/8, 2 threads, 10M operations per phase; every scheme pre-sized (capacity hint =
+    // keys) and growing from empty (no hint, label "no hint"), with the limit row and the
+    // DRAM references.
+    for (auto& s : schemes_list)
+      for (bool hint : {true, false}) {
+        RunConfig c = base;
+        c.scheme = s;
+        c.variant = "pm";
+        c.threads = 2;
+        c.keys = n(20'000'000);
+        c.ops = n(10'000'000);
+        c.capacity_hint = hint ? c.keys : 0;
+        if (!hint) c.label = "no hint";
+        c.params["zone_threads"] = "2";  // PMEH: one zone set per worker
+        c.workloads = {"read", "negread", "update", "delete"};
+        c.recovery = hint;
+        v.push_back(c);
+      }
+    for (std::string var : {"dram", "cuckoo"}) {
+      RunConfig d = base;
+      d.variant = var;
+      d.threads = 2;
+      d.keys = n(20'000'000);
+      d.ops = n(10'000'000);
+      d.workloads = {"read", "negread", "update", "delete"};
+      d.recovery = false;
+      v.push_back(d);
+    }
+    for (auto& c : v) c.limit = true;
   } else if (name == "smartht") {
     // Figs. 5-6: insert (load), positive read, negative read, delete; 1 and 2 threads;
     // uniform and self-similar 0.2; negative reads with the VFL on and off (same run).
@@ -566,7 +597,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
       std::fprintf(stderr,
-                   "pmhash-bench: unknown suite '%s' (quick, compare, smartht, turbohash, wophi, "
+                   "pmhash-bench: unknown suite '%s' (quick, compare, large, smartht, turbohash, wophi, "
                    "hdnh, pmeh)\n",
                    suite_name.c_str());
       return 2;
