@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cassert>
 #include <cstdio>
@@ -378,15 +379,28 @@ uint64_t* Allocator::meta_word(uint64_t off, uint64_t size, uint64_t* bit) const
   return pool_.ptr<uint64_t>(bitmap_word_off(c, b));
 }
 
-void Allocator::mark(const Reservation& r) {
+uint64_t* Allocator::set_allocated(const Reservation& r) {
   uint64_t bit;
   uint64_t* w = meta_word(r.off, r.size, &bit);
   if (bit == 0)
     std::atomic_ref<uint64_t>(*w).store(kChunkLarge | ((r.size / chunk_) << 8));
   else
     std::atomic_ref<uint64_t>(*w).fetch_or(bit, std::memory_order_acq_rel);
-  pool_.persister().flush(w, 8);
   allocated_bytes_.fetch_add(r.size, std::memory_order_relaxed);
+  return w;
+}
+
+void Allocator::mark(const Reservation& r) {
+  pool_.persister().flush(set_allocated(r), 8);
+}
+
+void Allocator::mark(const std::vector<Reservation>& rs) {
+  std::vector<uintptr_t> lines;
+  for (const Reservation& r : rs)
+    lines.push_back(reinterpret_cast<uintptr_t>(set_allocated(r)) & ~uintptr_t{63});
+  std::sort(lines.begin(), lines.end());
+  lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
+  for (uintptr_t l : lines) pool_.persister().flush(reinterpret_cast<const void*>(l), 64);
 }
 
 void Allocator::unmark(uint64_t off) {

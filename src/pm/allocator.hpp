@@ -75,7 +75,9 @@ class Allocator {
 
   // Log-free protocol (see the top): no fence, no log.
   void mark(const Reservation& r);  // allocation bit set and flushed (caller fences)
-  void unmark(uint64_t off);        // bit cleared, not flushed; DRAM reuse via on_free
+  // The same for several reservations: every bit set, each meta-data line flushed once.
+  void mark(const std::vector<Reservation>& rs);
+  void unmark(uint64_t off);  // bit cleared, not flushed; DRAM reuse via on_free
   // After a crash, before any operation: frees every allocated block `walk` does not
   // report reachable (persisted, fenced); returns how many.
   uint64_t sweep(const std::function<void(const std::function<void(uint64_t)>&)>& walk);
@@ -113,6 +115,7 @@ class Allocator {
   bool log_committed(const uint64_t* lane) const;
   bool op_target_ok(uint64_t off, uint64_t op) const;
   uint64_t* meta_word(uint64_t off, uint64_t size, uint64_t* bit) const;
+  uint64_t* set_allocated(const Reservation& r);  // the bit (or chunk word) set; its word
   void build_dram_state();
 
   Pool& pool_;

@@ -596,10 +596,11 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     bool ok;
     configs = suite(suite_name, base, scheme_list, scale, &ok);
     if (!ok) {
-      std::fprintf(stderr,
-                   "pmhash-bench: unknown suite '%s' (quick, compare, large, smartht, turbohash, wophi, "
-                   "hdnh, pmeh)\n",
-                   suite_name.c_str());
+      std::fprintf(
+          stderr,
+          "pmhash-bench: unknown suite '%s' (quick, compare, large, smartht, turbohash, wophi, "
+          "hdnh, pmeh)\n",
+          suite_name.c_str());
       return 2;
     }
   } else {

@@ -268,10 +268,11 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       common::store_word(target->tokens, Bucket::with_token(target->tokens, slot, true));
       p.persist(target, sizeof(Bucket));
     } else {
-      // A new bucket, filled, and persisted with its allocation bit; then linked right
-      // after the head bucket by one 8-byte store. A crash in between leaves it allocated
-      // and unreachable: the recovery sweep frees it.
-      pm::Reservation r = alloc_.reserve(sizeof(Bucket));
+      // A new bucket (a spare: its allocation bit was persisted by an earlier batch),
+      // filled and persisted; then linked right after the head bucket by one 8-byte store
+      // (Alg. 1: two flushes, two fences). A crash in between leaves it allocated and
+      // unreachable: the recovery sweep frees it.
+      pm::Reservation r = spares_.take();
       if (!r) {
         items_.discard(item);
         return {Code::kPoolFull, "pool full: no space for a chained bucket"};
@@ -282,7 +283,6 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       nb->tokens = Bucket::with_token(0, 0, true);
       nb->next = h->next;
       p.flush(nb, sizeof(Bucket));
-      alloc_.mark(r);
       p.fence();
       common::store_word(h->next, r.off);
       p.persist(&h->next, 8);
@@ -504,6 +504,7 @@ void SmartHT::invalidate_saved_filter() {
 // set. A rebuild in progress is waited for, so the saved filter is complete. With the filter
 // off, or no room for it, nothing is saved and the flag stays 0: the next open rebuilds.
 void SmartHT::close() {
+  spares_.give_back();
   wait_for_filter();
   if (!use_filter_ || !counts_valid_.load()) return;
   BloomFilter* f = filter_.load();
@@ -647,6 +648,7 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
   fn(root_off_);
   fn(root_->heads);
   if (root_->saved_filter != 0) fn(root_->saved_filter);
+  spares_.for_each(fn);  // owned, not yet linked (none after a crash: the sweep's walk)
   for (uint64_t hb = 0, steps = 0; hb < root_->nheads; ++hb, steps = 0)
     for (const Bucket *b = head(hb), *n = nullptr; b != nullptr; b = n) {
       if (items_.variable())
