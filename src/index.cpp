@@ -143,7 +143,7 @@ bool IndexImpl::check(std::string* report) const {
   std::map<uint64_t, uint64_t> allocated;
   alloc->for_each_allocated([&](uint64_t off, uint64_t size) { allocated[off] = size; });
   std::set<uint64_t> reachable;
-  scheme->for_each_reachable([&](uint64_t off) {
+  auto owned = [&](uint64_t off) {
     if (!reachable.insert(off).second) {
       ok = false;
       r += "block " + std::to_string(off) + " is referenced twice\n";
@@ -152,7 +152,9 @@ bool IndexImpl::check(std::string* report) const {
       ok = false;
       r += "block " + std::to_string(off) + " is referenced but not allocated\n";
     }
-  });
+  };
+  scheme->for_each_reachable(owned);
+  alloc->spares().for_each(owned);  // marked ahead, not yet taken (pm::SpareBlocks)
   size_t leaked = 0;
   for (auto& [off, size] : allocated) {
     if (reachable.count(off)) continue;
@@ -179,6 +181,7 @@ void IndexImpl::close() {
   uint64_t live = pool->read_only() ? 0 : scheme->size();
   if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
   scheme->stop();
+  alloc->spares().give_back();  // before the drain: their reuse goes through the epochs
   epochs->drain();
   if (!pool->read_only()) {
     alloc->write_back();  // the frees pm::Allocator::unmark left unflushed

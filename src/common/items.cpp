@@ -10,8 +10,18 @@ Status Items::make(std::string_view key, std::string_view value, uint64_t kw, Ne
   }
   uint64_t size = 8 + key.size() + value.size();
   pm::Reservation r = alloc_.reserve(size);
-  if (!r)
-    return {Code::kPoolFull, "pool full: no space for a " + std::to_string(size) + "-byte item"};
+  if (!r) return pool_full(size);
+  fill(r, key, value, out);
+  return Status::Ok();
+}
+
+Status Items::pool_full(uint64_t size) {
+  return {Code::kPoolFull, "pool full: no space for a " + std::to_string(size) + "-byte item"};
+}
+
+void Items::fill(const pm::Reservation& r, std::string_view key, std::string_view value,
+                 New* out) const {
+  uint64_t size = 8 + key.size() + value.size();
   pm::Pool& pool = alloc_.pool();
   char* p = pool.ptr<char>(r.off);
   uint32_t lens[2] = {static_cast<uint32_t>(key.size()), static_cast<uint32_t>(value.size())};
@@ -21,7 +31,6 @@ Status Items::make(std::string_view key, std::string_view value, uint64_t kw, Ne
   pool.persister().flush(p, size);
   out->value_word = r.off;
   out->item = r;
-  return Status::Ok();
 }
 
 bool Items::parse(uint64_t value_word, std::string_view* key, std::string_view* value) const {
@@ -68,10 +77,20 @@ void Items::replace_value(uint64_t& value_word, const New& n) const {
   tx.commit();
 }
 
+// A small item goes to a spare block, whose allocation bit a batch persisted earlier; a
+// larger one is reserved and marked here (its bit's line flushed beside it).
 Status Items::write(std::string_view key, std::string_view value, uint64_t kw, New* out) const {
-  Status s = make(key, value, kw, out);
-  if (s.ok() && out->item) alloc_.mark(out->item);
-  return s;
+  uint64_t size = 8 + key.size() + value.size();
+  if (!variable_ || size > pm::SpareBlocks::kMaxBlock) {
+    Status s = make(key, value, kw, out);
+    if (s.ok() && out->item) alloc_.mark(out->item);
+    return s;
+  }
+  out->key_word = kw;
+  pm::Reservation r = alloc_.spares().take(size);
+  if (!r) return pool_full(size);
+  fill(r, key, value, out);
+  return Status::Ok();
 }
 
 void Items::swap_value(uint64_t& value_word, const New& n) const {

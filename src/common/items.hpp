@@ -80,8 +80,9 @@ class Items {
   void cancel(const New& n) const { alloc_.cancel(n.item); }
 
   // The log-free protocol (pm::Allocator::mark; the scheme sweeps at recovery): as make(),
-  // and the item's allocation bit is set and flushed with it. The caller's next fence
-  // orders both before the store that publishes the item.
+  // and the item's allocation bit is persisted — by an earlier batch for a small item
+  // (pm::SpareBlocks), else set and flushed with it. The caller's next fence orders the
+  // item (and the bit) before the store that publishes the item.
   Status write(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
   // An item write() made that is not published after all.
   void discard(const New& n) const {
@@ -111,6 +112,9 @@ class Items {
   uint64_t owned_block(uint64_t value_word) const { return variable_ ? value_word : 0; }
 
  private:
+  // Writes and flushes the item into r (variable format).
+  void fill(const pm::Reservation& r, std::string_view key, std::string_view value, New* out) const;
+  static Status pool_full(uint64_t size);
   // An item's key and value, if `value_word` holds a plausible item.
   bool parse(uint64_t value_word, std::string_view* key, std::string_view* value) const;
   bool variable_;

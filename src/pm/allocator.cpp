@@ -63,6 +63,7 @@ Allocator::Allocator(Pool& pool) : pool_(pool) {
   slabs_.resize(nchunks_);
   chunk_busy_.assign(nchunks_, 0);
   run_len_.assign(nchunks_, 0);
+  spares_ = std::make_unique<SpareBlocks>(*this);
   lane_busy_ = std::make_unique<std::atomic<bool>[]>(kLanes);
 }
 

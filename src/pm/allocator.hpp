@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "pm/pool.hpp"
+#include "pm/spare_blocks.hpp"
 
 namespace pmhash::pm {
 
@@ -85,6 +86,11 @@ class Allocator {
   // Clean close: persists the chunk table and every bitmap (what unmark() left unflushed).
   void write_back();
 
+  // Small blocks marked ahead in batches (pm::SpareBlocks): the log-free write paths take
+  // theirs here, so a block's allocation bit is not one more line per write.
+  SpareBlocks& spares() { return *spares_; }
+  const SpareBlocks& spares() const { return *spares_; }
+
   // Where the DRAM reuse of freed blocks is deferred to (epoch-based reclamation).
   std::function<void(uint64_t off)> on_free;
 
@@ -131,6 +137,7 @@ class Allocator {
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
   std::atomic<uint64_t> swept_{0};  // unmark() left a bit in the cache since write_back()
+  std::unique_ptr<SpareBlocks> spares_;
 };
 
 // One failure-atomic group of 8-byte stores, allocations and frees (at most kMaxOps).

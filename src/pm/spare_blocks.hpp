@@ -1,71 +1,53 @@
-// Spare blocks: allocated ahead of need, in batches, on the log-free protocol.
+// Spare blocks: small blocks allocated ahead of need, in batches, on the log-free protocol.
 //
-// A scheme that links a fresh block into its structure on the write path (SmartHT's chained
-// bucket) pays, with Allocator::mark(), one more flushed line per link: the block's
-// allocation bit. Taking the block from a small stock that was marked earlier moves that
-// line off the write path: a refill reserves `batch` blocks, sets their bits, flushes each
-// bitmap line once (neighbouring blocks share one) and fences once. The write path then
-// persists only the block and the link.
+// A write path that publishes a fresh block (SmartHT's chained bucket, a variable-format
+// item) pays, with Allocator::mark(), one more flushed line per write: the block's
+// allocation bit. Taking the block from a stock marked earlier moves that line off the write
+// path: a refill reserves a batch of blocks of one size (1 KiB of them), sets their bits,
+// flushes each bitmap line once (neighbouring blocks share one) and fences once. The write
+// path then persists only the block and the store that publishes it.
 //
-// A crash leaves the unused spares allocated and unreachable: only for schemes whose
-// recovery sweeps (Allocator::sweep). At a clean close, give_back() unmarks them and the
-// allocator's write_back() persists that; until then for_each() reports them as owned, so
-// check()'s allocated == reachable still holds.
+// A crash leaves the untaken spares allocated and unreachable: only for schemes whose
+// recovery sweeps (Allocator::sweep; docs/crash-testing.md "Allocation without a log"). At a
+// clean close give_back() unmarks them before Allocator::write_back(); until then for_each()
+// reports them as owned, so check()'s allocated == reachable holds.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <vector>
 
-#include "pm/allocator.hpp"
-
 namespace pmhash::pm {
+
+struct Reservation;
+class Allocator;
 
 class SpareBlocks {
  public:
-  SpareBlocks(Allocator& alloc, uint64_t block_bytes, uint32_t batch)
-      : alloc_(alloc), bytes_(block_bytes), batch_(batch) {}
+  static constexpr uint64_t kMaxBlock = 1024;  // larger blocks are marked on the write path
 
-  // A block whose allocation bit is persisted; empty when the pool is full.
-  Reservation take() {
-    std::lock_guard<std::mutex> g(mu_);
-    if (spares_.empty()) refill();
-    if (spares_.empty()) return {};
-    Reservation r = spares_.back();
-    spares_.pop_back();
-    return r;
-  }
+  explicit SpareBlocks(Allocator& alloc) : alloc_(alloc) {}
 
-  // Clean close (nothing reachable points to a spare): every spare freed.
-  void give_back() {
-    std::lock_guard<std::mutex> g(mu_);
-    for (const Reservation& r : spares_) alloc_.unmark(r.off);
-    spares_.clear();
-  }
-
-  void for_each(const std::function<void(uint64_t off)>& fn) const {
-    std::lock_guard<std::mutex> g(mu_);
-    for (const Reservation& r : spares_) fn(r.off);
-  }
+  // A block of at least `bytes` whose allocation bit is persisted. Empty when the pool is
+  // full, or when `bytes` > kMaxBlock (the caller reserves and marks it itself).
+  Reservation take(uint64_t bytes);
+  // Clean close (nothing reachable points to a spare): every spare unmarked.
+  void give_back();
+  void for_each(const std::function<void(uint64_t off)>& fn) const;
+  // Bytes of blocks per refill (tests make it larger to see no refill in a run).
+  void set_batch_bytes(uint64_t b) { batch_bytes_ = b; }
+  uint64_t refills() const;
 
  private:
-  void refill() {
-    for (uint32_t i = 0; i < batch_; ++i) {
-      Reservation r = alloc_.reserve(bytes_);
-      if (!r) break;
-      spares_.push_back(r);
-    }
-    if (spares_.empty()) return;
-    alloc_.mark(spares_);
-    alloc_.pool().persister().fence();
-  }
+  void refill(uint64_t block, std::vector<Reservation>* stock);
 
   Allocator& alloc_;
-  const uint64_t bytes_;
-  const uint32_t batch_;
+  uint64_t batch_bytes_ = 1024;
   mutable std::mutex mu_;
-  std::vector<Reservation> spares_;
+  std::map<uint64_t, std::vector<Reservation>> stock_;  // by block size
+  uint64_t refills_ = 0;
 };
 
 }  // namespace pmhash::pm

@@ -268,11 +268,12 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       common::store_word(target->tokens, Bucket::with_token(target->tokens, slot, true));
       p.persist(target, sizeof(Bucket));
     } else {
-      // A new bucket (a spare: its allocation bit was persisted by an earlier batch),
+      // A new bucket (a spare: its allocation bit was persisted by an earlier batch,
+      // pm::SpareBlocks),
       // filled and persisted; then linked right after the head bucket by one 8-byte store
       // (Alg. 1: two flushes, two fences). A crash in between leaves it allocated and
       // unreachable: the recovery sweep frees it.
-      pm::Reservation r = spares_.take();
+      pm::Reservation r = alloc_.spares().take(sizeof(Bucket));
       if (!r) {
         items_.discard(item);
         return {Code::kPoolFull, "pool full: no space for a chained bucket"};
@@ -504,7 +505,6 @@ void SmartHT::invalidate_saved_filter() {
 // set. A rebuild in progress is waited for, so the saved filter is complete. With the filter
 // off, or no room for it, nothing is saved and the flag stays 0: the next open rebuilds.
 void SmartHT::close() {
-  spares_.give_back();
   wait_for_filter();
   if (!use_filter_ || !counts_valid_.load()) return;
   BloomFilter* f = filter_.load();
@@ -648,7 +648,6 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
   fn(root_off_);
   fn(root_->heads);
   if (root_->saved_filter != 0) fn(root_->saved_filter);
-  spares_.for_each(fn);  // owned, not yet linked (none after a crash: the sweep's walk)
   for (uint64_t hb = 0, steps = 0; hb < root_->nheads; ++hb, steps = 0)
     for (const Bucket *b = head(hb), *n = nullptr; b != nullptr; b = n) {
       if (items_.variable())

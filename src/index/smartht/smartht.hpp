@@ -12,7 +12,6 @@
 #include "common/worker.hpp"
 #include "index/scheme.hpp"
 #include "index/smartht/bucket.hpp"
-#include "pm/spare_blocks.hpp"
 
 namespace pmhash::smartht {
 
@@ -142,8 +141,6 @@ class SmartHT final : public Scheme {
   std::atomic<uint64_t> adds_{0};  // keys added to the current filter (deleted ones stay set)
   std::atomic<uint64_t> rebuilds_{0};
   std::atomic<uint64_t> reclaimed_{0};  // chained buckets unlinked and freed by deletes
-  // Chained buckets allocated ahead, 16 per fence (their allocation bits off the insert path).
-  pm::SpareBlocks spares_{alloc_, sizeof(Bucket), 16};
   std::atomic<double> last_build_ms_{0};
   std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
   std::shared_ptr<FilterAccounting> filters_{std::make_shared<FilterAccounting>()};
