@@ -97,6 +97,42 @@ TEST(Bench, ChurnKeepsTheLiveSetAndReportsSpaceOverTime) {
   }
 }
 
+// The reload workload (TurboHash Figs. 11/12): every delete and reinsert succeeds, the
+// size is back to N, and with the same-size rehash off the deleted slots stay and negative
+// reads probe further after the reload than before; with it on, shards were rehashed.
+TEST(Bench, ReloadReportsProbeDistancesWithAndWithoutGarbageCollection) {
+  std::map<bool, std::map<std::string, bench::Row>> by_gc;
+  for (bool gc : {true, false}) {
+    bench::RunConfig c;
+    c.scheme = "turbohash";
+    c.threads = 2;
+    c.keys = 6000;
+    c.ops = 4000;
+    c.pool_size = 64u << 20;
+    c.progress = false;
+    c.recovery = false;
+    c.params = {{"shards", "16"}, {"buckets", "32"}, {"gc", gc ? "on" : "off"}};
+    c.workloads = {"reload"};
+    std::vector<bench::Row> rows;
+    std::string err;
+    ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+    EXPECT_TRUE(bench::count_violations(rows).empty());
+    by_gc[gc] = by_workload(rows);
+    for (const char* name : {"reload-read", "reload-negread", "reload-delete", "reload-insert",
+                             "reload-read-after", "reload-negread-after"})
+      ASSERT_TRUE(by_gc[gc].count(name)) << name;
+    EXPECT_EQ(by_gc[gc]["reload-delete"].values["failed"], 0);
+    EXPECT_EQ(by_gc[gc]["reload-insert"].values["failed"], 0);
+    EXPECT_EQ(by_gc[gc]["reload-negread-after"].values["size"], 6000);
+  }
+  auto& off = by_gc[false];
+  EXPECT_GT(off["reload-negread-after"].values["deleted_slots"], 0);
+  EXPECT_GT(off["reload-negread-after"].values["neg_probe_distance"],
+            off["reload-negread"].values["neg_probe_distance"]);
+  EXPECT_EQ(off["reload-negread-after"].values["c.shard_gc_rehashes"], 0);
+  EXPECT_GT(by_gc[true]["reload-negread-after"].values["c.shard_gc_rehashes"], 0);
+}
+
 TEST(Bench, PersistenceOffFlushesNothingAndDramReferenceWorks) {
   bench::RunConfig c;
   c.threads = 1;

@@ -25,6 +25,7 @@ std::map<std::string, std::string> churn_params(const std::string& scheme) {
   const char* b = std::getenv("PMHASH_CHURN_BUCKETS");
   if (scheme == "smartht") return {{"buckets", b ? b : "512"}};  // ~10 keys per head bucket
   if (scheme == "wophi") return {{"buckets", b ? b : "2048"}};   // ~2.5 keys per main bucket
+  if (scheme == "turbohash") return {{"shards", b ? b : "4"}};
   return {};
 }
 
@@ -102,7 +103,9 @@ TEST_P(SpaceUnderChurn, PmBytesPerKeyStayWithinOneAndAHalfTimesTheLoad) {
 INSTANTIATE_TEST_SUITE_P(
     Schemes, SpaceUnderChurn,
     ::testing::Values(ChurnCase{"smartht", Format::kFixed}, ChurnCase{"smartht", Format::kVariable},
-                      ChurnCase{"wophi", Format::kFixed}, ChurnCase{"wophi", Format::kVariable}),
+                      ChurnCase{"wophi", Format::kFixed}, ChurnCase{"wophi", Format::kVariable},
+                      ChurnCase{"turbohash", Format::kFixed},
+                      ChurnCase{"turbohash", Format::kVariable}),
     [](const auto& info) { return info.param.scheme + "_" + format_name(info.param.format); });
 
 }  // namespace

@@ -136,7 +136,11 @@ void CrashSim::on_fence() {
       while (parked_.load() + 1 < busy_.load() && std::chrono::steady_clock::now() < until)
         std::this_thread::yield();
     }
+    // The exploration's own flushes and fences (recoveries of crash images) are not the
+    // workload's: keep them out of this thread's counters (schemes count fences per path).
+    const PersistCounters saved = pm::tls_counters;
     at_crash_point();
+    pm::tls_counters = saved;
     stop_ = false;
     in_callback_ = false;
   }

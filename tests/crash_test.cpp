@@ -132,6 +132,49 @@ std::vector<SchemeConfig> reclaiming_configs() {
 INSTANTIATE_TEST_SUITE_P(ChainSchemes, ReclaimCrashTest, ::testing::ValuesIn(reclaiming_configs()),
                          [](const auto& info) { return param_name(info.param); });
 
+// TurboHash §4.6, crashed: in a shard of two buckets, inserts and removes of 24 keys keep
+// leaving a quarter of its slots deleted, so deletes rehash it at the same size over and
+// over (garbage collection). Every fence is a crash point: the counter of fences inside
+// those rehashes is the number of crash points inside them. After recovery the oracle
+// (nothing lost, nothing duplicated, allocated == reachable) must hold.
+class GcCrashTest : public ::testing::TestWithParam<Format> {};
+
+TEST_P(GcCrashTest, EveryFenceInsideSameSizeRehashes) {
+  CrashConfig cfg;
+  cfg.scheme = "turbohash";
+  cfg.format = GetParam();
+  cfg.params = {{"shards", "1"}, {"buckets", "2"}, {"scope", "2"}};
+  cfg.keys = 24;
+  cfg.churn_removes = 60;  // more removes than inserts: the live set shrinks and refills
+  cfg.ops = light() ? 120 : 400;
+  CrashResult r = run_crash_test(cfg);
+  std::printf(
+      "[turbohash %s] crash states explored: %llu, failures: %llu; same-size rehashes (§4.6) "
+      "in the crashed workload: %.0f, crash points inside them: %.0f; growing resizes: %.0f\n",
+      format_name(cfg.format), static_cast<unsigned long long>(r.states),
+      static_cast<unsigned long long>(r.failures), r.counters["shard_gc_rehashes"],
+      r.counters["gc_rehash_fences"], r.counters["shard_resizes"]);
+  for (auto& m : r.messages) ADD_FAILURE() << m;
+  EXPECT_EQ(r.failures, 0u);
+  EXPECT_GE(r.counters["shard_gc_rehashes"], light() ? 1 : 3);
+  EXPECT_GE(r.counters["gc_rehash_fences"], 2 * r.counters["shard_gc_rehashes"]);
+  EXPECT_EQ(r.counters["shard_resizes"], 0);  // so every rehash checked above is a §4.6 one
+  // Teeth: the same workload with the rehash publishing the new shard before writing it
+  // (kMutationPublishBeforeWrite) must fail: the crash points inside the rehashes are checked.
+  if (GetParam() == Format::kFixed) {
+    cfg.mutations = 2;
+    CrashResult bad = run_crash_test(cfg);
+    std::printf(
+        "[turbohash fixed] with the rehash's publish moved before its write: failures %llu\n",
+        static_cast<unsigned long long>(bad.failures));
+    EXPECT_GT(bad.failures, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TurboHash, GcCrashTest,
+                         ::testing::Values(Format::kFixed, Format::kVariable),
+                         [](const auto& info) { return std::string(format_name(info.param)); });
+
 #ifdef PMHASH_CRASH_HOOKS
 // The harness has teeth: with one flush removed from TurboHash's insert, one publish moved
 // before the write it publishes (TurboHash resize, PMEH split, LineHT insert), or a progress record

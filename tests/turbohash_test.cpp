@@ -238,6 +238,123 @@ TEST_P(TurboHashTest, NegativeReadsStopAtThePathEnd) {
   EXPECT_GE(c["probe_distance_negative"], 1.0);
 }
 
+// §4.6, Figs. 11b/12: deleted slots keep their valid bit, so after deleting every key and
+// loading as many new ones, search paths are long. The same-size rehash (garbage
+// collection) drops deleted slots: with it, a shard never keeps a quarter of its slots
+// deleted, and negative reads after the reload stop sooner than without it.
+struct ReloadResult {
+  std::map<std::string, double> c;
+  uint64_t capacity = 0;
+};
+ReloadResult delete_and_reload(Format f, bool gc) {
+  ReloadResult out;
+  TempPool p;
+  Options o = small_options("turbohash", f);
+  o.params = {{"shards", "16"}, {"buckets", "64"}, {"gc", gc ? "true" : "false"}};
+  std::unique_ptr<Index> idx;
+  EXPECT_TRUE(Index::open(p.path, o, &idx).ok());
+  const bool fixed = f == Format::kFixed;
+  const int n = 9000;  // load factor 0.63 of 16 x 64 buckets x 14 slots, no resize
+  auto load = [&](int first) {
+    for (int i = first; i < first + n; ++i)
+      EXPECT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 1, fixed)).ok());
+  };
+  load(0);
+  uint64_t most_deleted = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(idx->remove(make_key(i, fixed)).ok());
+    if (i % 500 == 0) {
+      std::map<std::string, double> c;
+      idx->impl()->scheme->counters(&c);
+      most_deleted = std::max(most_deleted, uint64_t(c["deleted_slots"]));
+    }
+  }
+  load(n);
+  std::string v;
+  for (int i = 2 * n; i < 3 * n; ++i) EXPECT_FALSE(idx->get(make_key(i, fixed), &v).ok());
+  for (int i = n; i < 2 * n; ++i) {
+    EXPECT_TRUE(idx->get(make_key(i, fixed), &v).ok());
+    EXPECT_EQ(v, make_value(make_key(i, fixed), 1, fixed));
+  }
+  idx->impl()->scheme->counters(&out.c);
+  out.c["most_deleted"] = double(most_deleted);
+  out.capacity = idx->impl()->scheme->capacity_slots();
+  EXPECT_EQ(idx->size(), uint64_t(n));
+  EXPECT_TRUE(idx->check().ok());
+  return out;
+}
+
+TEST_P(TurboHashTest, DeleteAndReloadGarbageCollectsDeletedSlots) {
+  ReloadResult on = delete_and_reload(GetParam(), true), off = delete_and_reload(GetParam(), false);
+  std::printf(
+      "[%s] after delete + reload: gc on: %.0f same-size rehashes, %.0f deleted slots, "
+      "negative probe %.2f; gc off: %.0f deleted slots, negative probe %.2f\n",
+      format_name(GetParam()), on.c["shard_gc_rehashes"], on.c["deleted_slots"],
+      on.c["probe_distance_negative"], off.c["deleted_slots"], off.c["probe_distance_negative"]);
+  EXPECT_GE(on.c["shard_gc_rehashes"], 16);  // every shard was rehashed at least once
+  EXPECT_EQ(on.c["shard_resizes"], 0);       // at the same size: nothing grew
+  EXPECT_EQ(on.capacity, off.capacity);
+  EXPECT_LT(on.c["most_deleted"] * 4, double(on.capacity));  // < 1/4 deleted at any time
+  EXPECT_GT(off.c["deleted_slots"], 0);                      // without it, they stay
+  EXPECT_EQ(off.c["shard_gc_rehashes"], 0);
+  EXPECT_LT(on.c["probe_distance_negative"], off.c["probe_distance_negative"]);
+}
+
+// Readers of a fixed key set while writers insert and delete their own keys in the same tiny
+// shards, so that deleted slots pile up and the shards are rehashed at the same size over and
+// over (more threads than cores). Every read returns the key's own value; the old shard
+// is retired only after the mirror moved (test_pause_after_retire_us widens that window).
+TEST_P(TurboHashTest, ReadersAndWritersDuringSameSizeRehashes) {
+  const bool fixed = GetParam() == Format::kFixed;
+  const int kReaders = 3, kWriters = 3, kFixed = 24, kRounds = 150, kBatch = 12;
+  TempPool p;
+  Options o = small_options("turbohash", GetParam());
+  o.pool_size = 256u << 20;
+  o.params = {{"shards", "2"}, {"buckets", "4"}, {"scope", "4"}};
+#ifdef PMHASH_CRASH_HOOKS
+  o.params["test_pause_after_retire_us"] = "200";
+#endif
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  for (int i = 0; i < kFixed; ++i)
+    ASSERT_TRUE(idx->insert(make_key(i, fixed), make_value(make_key(i, fixed), 0, fixed)).ok());
+  std::atomic<int> writing{kWriters};
+  std::atomic<uint64_t> bad{0}, write_errors{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kReaders; ++r)
+    threads.emplace_back([&, r] {
+      std::string v;
+      for (int i = r; writing.load() > 0; i = (i + 5) % kFixed) {
+        std::string k = make_key(i, fixed);
+        if (!idx->get(k, &v).ok() || v != make_value(k, 0, fixed)) bad++;
+      }
+    });
+  for (int w = 0; w < kWriters; ++w)
+    threads.emplace_back([&, w] {
+      // Batches: insert kBatch new keys, then delete them all (bursts of deleted slots).
+      uint64_t next = 1000 + uint64_t(w) * 1000000;
+      for (int j = 0; j < kRounds; ++j, next += kBatch) {
+        for (uint64_t i = next; i < next + kBatch; ++i) {
+          std::string k = make_key(i, fixed);
+          if (!idx->insert(k, make_value(k, 1, fixed)).ok()) write_errors++;
+        }
+        for (uint64_t i = next; i < next + kBatch; ++i)
+          if (!idx->remove(make_key(i, fixed)).ok()) write_errors++;
+      }
+      writing.fetch_sub(1);
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(write_errors.load(), 0u);
+  std::map<std::string, double> c;
+  idx->impl()->scheme->counters(&c);
+  std::printf("[%s] same-size rehashes %.0f, resizes %.0f\n", format_name(GetParam()),
+              c["shard_gc_rehashes"], c["shard_resizes"]);
+  EXPECT_GE(c["shard_gc_rehashes"], 30);  // rehashes happened while the readers ran
+  EXPECT_EQ(idx->size(), uint64_t(kFixed));
+  EXPECT_TRUE(idx->check().ok());
+}
+
 TEST(TurboHashLayout, RejectsBadParameters) {
   TempPool p;
   Options o = small_options("turbohash", Format::kFixed);

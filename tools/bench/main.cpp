@@ -40,6 +40,8 @@ const char* kUsage = R"(usage: pmhash-bench [options]
                         churn: the loaded keys under 10 x --keys random inserts of new keys and
                         deletes of live keys (live set steady); PM/DRAM bytes per key, LF in
                         rows churn-0 (after the load) .. churn-10
+                        reload: reads, delete every loaded key, insert as many new ones,
+                        reads again (TurboHash Figs. 11/12; rows reload-*)
   --dist D              uniform | zipfian:THETA | selfsimilar:H | latest
   --params k=v,...      scheme parameters (docs/schemes/*.md)   --label TEXT
   --mode auto|pm|emulated|msync   --pool-dir DIR   --pool-size BYTES
@@ -296,6 +298,23 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
       c.recovery = false;
       v.push_back(c);
     }
+    // §4.6, Figs. 11/12: delete every key and load as many new ones, at the paper's load
+    // factors 0.6 and 0.8 (÷13; no resize before the delete), with and without the
+    // same-size rehash of deleted slots (gc). Rows reload-*: probe distances and latency of
+    // reads before and after, deleted slots left, same-size rehashes (c.shard_gc_rehashes).
+    for (uint64_t keys : {510'000ull, 680'000ull})
+      for (bool gc : {true, false}) {
+        RunConfig c = base;
+        c.scheme = "turbohash";
+        c.threads = 1;
+        c.keys = keys;  // not scaled: the load factor is the point
+        c.ops = 1'000'000;
+        c.params = {{"shards", "4096"}, {"buckets", "16"}, {"gc", gc ? "on" : "off"}};
+        c.workloads = {"reload"};
+        c.label = std::string("gc=") + (gc ? "on" : "off");
+        c.recovery = false;
+        v.push_back(c);
+      }
     // §3.7: recovery after a crash at 1M, 10M, 50M keys (must not grow with keys).
     for (uint64_t keys : {1'000'000ull, 10'000'000ull, 50'000'000ull}) {
       RunConfig c = base;

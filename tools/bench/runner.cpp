@@ -209,6 +209,7 @@ class Runner {
   void lfsweep();
   void sweep_deletes(uint64_t first, uint64_t step);
   void churn();
+  void reload();
   bool recovery(std::string* error);
 
   bool reference() const { return c_.variant == "dram" || c_.variant == "cuckoo"; }
@@ -478,6 +479,8 @@ bool Runner::run_workload(const std::string& w) {
     lfsweep();
   } else if (w == "churn") {
     churn();
+  } else if (w == "reload") {
+    reload();
   } else {
     return false;
   }
@@ -584,6 +587,66 @@ void Runner::churn() {
     if (pm0 > 0) r.values["pm_vs_load"] = r.values["pm_bytes_per_key"] / pm0;
     if (lf0 > 0) r.values["lf_vs_load"] = r.values["load_factor"] / lf0;
   }
+}
+
+// TurboHash Figs. 11/12 (§4.6): reads of the loaded table, then delete every loaded key and
+// insert as many new ones (the same load factor), then the same reads again. Rows
+// reload-read / reload-negread (fresh, Figs. 11a/12a), reload-delete, reload-insert,
+// reload-read-after / reload-negread-after (Figs. 11b/12b; with the same-size rehash on,
+// 12c). Each read row has `neg_probe_distance` / `pos_probe_distance` (buckets read per
+// read in that phase) and `deleted_slots` (slots deleted and not yet reused or dropped).
+void Runner::reload() {
+  const uint64_t N = std::max<uint64_t>(1, c_.keys);
+  const int T = c_.threads;
+  uint64_t first = 0;  // the live ids: first .. first + N - 1
+  auto add_probes = [&] {
+    Row& r = rows_->back();
+    for (auto [kind, key] : {std::pair{"negative", "neg_probe_distance"},
+                             std::pair{"positive", "pos_probe_distance"}}) {
+      double reads = r.values["d." + std::string(kind) + "_reads"];
+      if (reads > 0) r.values[key] = r.values["d." + std::string(kind) + "_probes"] / reads;
+    }
+    r.values["deleted_slots"] = r.values["c.deleted_slots"];
+  };
+  auto reads = [&](const std::string& suffix) {
+    phase(
+        "reload-read" + suffix, c_.ops,
+        [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+          ks_.key(first + rng() % N, &k);
+          return target_->get(k, &o) == Code::kOk;
+        },
+        true, false);
+    add_probes();
+    phase(
+        "reload-negread" + suffix, c_.ops,
+        [&](int, uint64_t, auto& rng, KeyChooser&, std::string& k, std::string&, std::string& o) {
+          ks_.key(kAbsent + rng() % (1ull << 40), &k);
+          return target_->get(k, &o) == Code::kOk;
+        },
+        false, true);
+    add_probes();
+  };
+  reads("");
+  phase(
+      "reload-delete", N,
+      [&](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string&, std::string&) {
+        ks_.key(first + i * uint64_t(T) + uint64_t(t), &k);
+        return target_->remove(k) == Code::kOk;
+      },
+      true, false);
+  add_probes();
+  first = next_id_.fetch_add(N);
+  phase(
+      "reload-insert", N,
+      [&](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v, std::string&) {
+        uint64_t id = first + i * uint64_t(T) + uint64_t(t);
+        ks_.key(id, &k);
+        ks_.value(id, 0, &v);
+        return target_->insert(k, v) == Code::kOk;
+      },
+      true, false);
+  add_probes();
+  reads("-after");
 }
 
 bool Runner::recovery(std::string* error) {

@@ -80,7 +80,9 @@ double zeta(uint64_t n, double theta) {
 bool honours(const std::string& w, const DistSpec& d, std::string* why) {
   bool uniform = d.dist == Dist::kUniform, latest = d.dist == Dist::kLatest;
   std::string bad;
-  if (w == "lfsweep" && !uniform)
+  if (w == "reload" && !uniform)
+    bad = "reload deletes every loaded key and reads uniformly (TurboHash Figs. 11/12)";
+  else if (w == "lfsweep" && !uniform)
     bad = "lfsweep inserts in id order and reads uniformly (the papers' load-factor sweeps)";
   else if (w == "delete" && latest)
     bad = "delete touches every key once in an order; 'latest' defines none";

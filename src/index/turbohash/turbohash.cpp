@@ -30,6 +30,7 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
                                                                : common::tag_match_scalar),
       shards_(new ShardMirror[root_->nshards]),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
+      gc_(runtime_config<Runtime, &parse_runtime>(ctx).gc),
       test_pause_us_(runtime_config<Runtime, &parse_runtime>(ctx).test_pause_us) {
   // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
   for (uint64_t s = 0; s < nshards_; ++s) {
@@ -40,6 +41,7 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
 
 Status TurboHash::parse_runtime(const common::Params& params, Runtime* out) {
   Status s = params.get_bool("turbohash", "simd", true, &out->simd);
+  if (s.ok()) s = params.get_bool("turbohash", "gc", true, &out->gc);
 #ifdef PMHASH_CRASH_HOOKS
   if (s.ok())
     s = params.get_u64("turbohash", "test_pause_after_retire_us", 0, 0, 10'000'000,
@@ -249,8 +251,9 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
       } else if (end_b != nullptr) {  // an empty slot of the path-end bucket
         b = end_b;
         pos = Bucket::empty_slot(b->load_meta());
-      } else {  // no room within the probing scope: rehash the shard (§3.5), retry
-        Status s = resize(k.shard);
+      } else {  // no room within the probing scope: rehash the shard (§3.5), retry; at the
+                // same size (§4.6) when dropping its deleted slots frees enough room
+        Status s = resize(k.shard, gc_due(sm, kGcOnOverflow));
         if (!s.ok()) return s;
         continue;
       }
@@ -289,6 +292,7 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
     } else {  // readers that see it before it is persisted persist it themselves
       pm::publish_persisted(p, &b->meta, nm, kUnpersisted);
     }
+    if (key_b == nullptr && b == del_b && sm.deleted_known) --sm.deleted;  // a deleted slot reused
     return Status::Ok();
   }
 }
@@ -321,11 +325,40 @@ Status TurboHash::remove(std::string_view key) {
       } else {
         pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
       }
+      if (sm.deleted_known) ++sm.deleted;
+      // §4.6: too many deleted slots lengthen search paths; rehash at the same size. The
+      // delete is committed already: a failed rehash (pool full) only leaves them in place.
+      if (gc_due(sm, kGcOnDelete)) resize(k.shard, true).ok();
       return Status::Ok();
     }
     if (Bucket::path_end(m)) break;
   }
   return {Code::kNotFound, "key not found"};
+}
+
+// Deleted slots of a shard (valid and deleted); counted by a scan of the metadata words the
+// first time it is needed after an open. Caller holds the shard's write lock.
+uint64_t& TurboHash::deleted_slots(ShardMirror& sm) const {
+  if (!sm.deleted_known) {
+    uint64_t packed = sm.packed.load(std::memory_order_relaxed), n = 0;
+    const Bucket* b0 = shard_buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i) {
+      uint64_t m = b0[i].load_meta();
+      n += std::popcount(Bucket::deleted(m) & Bucket::valid(m));
+    }
+    sm.deleted = n;
+    sm.deleted_known = true;
+  }
+  return sm.deleted;
+}
+
+// §4.6's "too many deleted keys in a shard" (the paper gives no number): at least
+// 1/divisor of the shard's slots.
+bool TurboHash::gc_due(ShardMirror& sm, uint64_t divisor) const {
+  if (!gc_) return false;
+  uint64_t n = packed_count(sm.packed.load(std::memory_order_relaxed));
+  uint64_t d = deleted_slots(sm);
+  return d > 0 && d * divisor >= n * kSlots;
 }
 
 bool TurboHash::place(Bucket* b0, uint64_t n, const Slot& s) const {
@@ -347,8 +380,11 @@ bool TurboHash::place(Bucket* b0, uint64_t n, const Slot& s) const {
 // persist, point the DRAM mirror at it, then publish through the descriptor (inactive set,
 // then the version flip, in the same commit as the allocation and the old shard's free).
 // Readers already on the old shard keep using it until they leave their read section.
-Status TurboHash::resize(uint32_t shard) {
+// §4.6's garbage collection is the same operation with `same_size`: only live slots are
+// copied, so the new shard has no deleted slots (it doubles if the items do not fit).
+Status TurboHash::resize(uint32_t shard, bool same_size) {
   ShardMirror& sm = shards_[shard];
+  const uint64_t fences0 = pm::tls_counters.fences;
   uint64_t old = sm.packed.load(std::memory_order_relaxed);
   Bucket* ob = shard_buckets(old);
   uint64_t on = packed_count(old);
@@ -361,7 +397,7 @@ Status TurboHash::resize(uint32_t shard) {
     }
   }
   std::vector<Bucket> nb;
-  uint64_t nn = on * 2;
+  uint64_t nn = same_size ? on : on * 2;
   for (;; nn *= 2) {
     if (nn > kMaxShardBuckets)
       return {Code::kPoolFull,
@@ -404,8 +440,16 @@ Status TurboHash::resize(uint32_t shard) {
     sm.packed.store(pack(nn, r.off), std::memory_order_release);
   }
   ThreadStats& ts = tstats_[threads_.id()];
-  bump(ts.resizes);
+  if (nn == on) {  // §4.6
+    bump(ts.gc_rehashes);
+    bump(ts.gc_dropped, sm.deleted_known ? sm.deleted : 0);
+    bump(ts.gc_fences, pm::tls_counters.fences - fences0);
+  } else {
+    bump(ts.resizes);
+  }
   bump(ts.moved, live.size());
+  sm.deleted = 0;  // place() writes no deleted slots
+  sm.deleted_known = true;
   return Status::Ok();
 }
 
@@ -417,6 +461,21 @@ uint64_t TurboHash::size() const {
     const Bucket* b0 = shard_buckets(packed);
     for (uint64_t i = 0; i < packed_count(packed); ++i)
       total += std::popcount(Bucket::live(b0[i].load_meta()));
+  }
+  return total;
+}
+
+// Deleted slots in the whole table now (a walk of the metadata words, as size()).
+uint64_t TurboHash::deleted_slots_now() const {
+  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+    const Bucket* b0 = shard_buckets(packed);
+    for (uint64_t i = 0; i < packed_count(packed); ++i) {
+      uint64_t m = b0[i].load_meta();
+      total += std::popcount(Bucket::deleted(m) & Bucket::valid(m));
+    }
   }
   return total;
 }
@@ -433,7 +492,7 @@ uint64_t TurboHash::dram_bytes() const {
 }
 
 void TurboHash::counters(std::map<std::string, double>* out) const {
-  uint64_t pr = 0, pp = 0, nr = 0, np = 0, rs = 0, mv = 0, rt = 0;
+  uint64_t pr = 0, pp = 0, nr = 0, np = 0, rs = 0, mv = 0, rt = 0, gr = 0, gd = 0, gf = 0;
   for (unsigned t = 0; t < threads_.high_water(); ++t) {
     pr += tstats_[t].pos_reads.load(std::memory_order_relaxed);
     pp += tstats_[t].pos_probes.load(std::memory_order_relaxed);
@@ -442,6 +501,9 @@ void TurboHash::counters(std::map<std::string, double>* out) const {
     rs += tstats_[t].resizes.load(std::memory_order_relaxed);
     mv += tstats_[t].moved.load(std::memory_order_relaxed);
     rt += tstats_[t].retries.load(std::memory_order_relaxed);
+    gr += tstats_[t].gc_rehashes.load(std::memory_order_relaxed);
+    gd += tstats_[t].gc_dropped.load(std::memory_order_relaxed);
+    gf += tstats_[t].gc_fences.load(std::memory_order_relaxed);
   }
   (*out)["positive_reads"] = double(pr);  // raw sums: the bench takes per-phase deltas
   (*out)["positive_probes"] = double(pp);
@@ -452,6 +514,11 @@ void TurboHash::counters(std::map<std::string, double>* out) const {
   (*out)["shard_resizes"] = double(rs);
   (*out)["records_moved"] = double(mv);
   (*out)["read_retries"] = double(rt);
+  (*out)["shard_gc_rehashes"] = double(gr);  // §4.6 same-size rehashes
+  (*out)["gc_deleted_slots_dropped"] = double(gd);
+  (*out)["gc_rehash_fences"] = double(gf);  // crash points inside them (the crash tests)
+  (*out)["deleted_slots"] = double(deleted_slots_now());
+  (*out)["gc"] = gc_ ? 1 : 0;
   (*out)["shards"] = double(nshards_);
   // The paper's (and its public code's) load factor divides by 13 slots per bucket: one is
   // kept for the near-place update. Stats::load_factor divides by all 14.

@@ -38,6 +38,12 @@ static_assert(sizeof(Descriptor) == 32);
 inline constexpr uint64_t kMutationSkipSlotFlush = 1;       // publish a slot never flushed
 inline constexpr uint64_t kMutationPublishBeforeWrite = 2;  // resize: publish, then write
 
+// §4.6 triggers (the paper gives no number): a delete that leaves at least a quarter of the
+// shard's slots deleted rehashes it at the same size; so does an insert that finds no room
+// in its probing scope while at least an eighth are deleted (else the shard doubles).
+inline constexpr uint64_t kGcOnDelete = 4;
+inline constexpr uint64_t kGcOnOverflow = 8;
+
 using common::kMaxShardBuckets;
 using common::pack;
 using common::packed_count;
@@ -49,6 +55,7 @@ class TurboHash final : public Scheme {
   static Status layout(const Options& o, common::Params* layout);
   struct Runtime {
     bool simd = true;            // `simd`: SIMD tag matching (off: the scalar loop)
+    bool gc = true;              // `gc`: §4.6 same-size rehash of shards with many deletes
     uint64_t test_pause_us = 0;  // `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
@@ -67,14 +74,19 @@ class TurboHash final : public Scheme {
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
 
  private:
-  // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1).
+  // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1), and the shard's
+  // count of deleted slots for §4.6 (writers only, under the lock; counted on first need
+  // after an open, so recovery stays a directory read).
   struct alignas(64) ShardMirror {
     std::atomic<uint64_t> packed{0};
     std::mutex write_lock;
+    uint64_t deleted = 0;
+    bool deleted_known = false;
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> pos_reads{0}, pos_probes{0}, neg_reads{0}, neg_probes{0};
     std::atomic<uint64_t> resizes{0}, moved{0}, retries{0};
+    std::atomic<uint64_t> gc_rehashes{0}, gc_dropped{0}, gc_fences{0};
   };
   struct Hashed {
     uint64_t h, kw;
@@ -84,7 +96,11 @@ class TurboHash final : public Scheme {
   Hashed hashed(std::string_view key) const;
   Bucket* shard_buckets(uint64_t packed) const { return pool_.ptr<Bucket>(packed_offset(packed)); }
   uint64_t home(uint64_t h, uint64_t n) const { return common::fast_range(uint32_t(h), n); }
-  Status resize(uint32_t shard);  // §3.5, caller holds the shard's write lock
+  // §3.5 (grow) and §4.6 (same size, drops deleted slots); caller holds the write lock.
+  Status resize(uint32_t shard, bool same_size);
+  uint64_t& deleted_slots(ShardMirror& sm) const;
+  bool gc_due(ShardMirror& sm, uint64_t divisor) const;
+  uint64_t deleted_slots_now() const;
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
   void test_pause_after_retire() const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
@@ -103,6 +119,7 @@ class TurboHash final : public Scheme {
   common::TagMatchFn match_;
   std::unique_ptr<ShardMirror[]> shards_;
   std::unique_ptr<ThreadStats[]> tstats_;
+  bool gc_;                 // run-time `gc`
   uint64_t test_pause_us_;  // run-time `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
 };
 
