@@ -110,8 +110,7 @@ Status LineHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   return Status::Ok();
 }
 
-Status LineHT::open(SchemeContext& ctx, bool /*clean: recovery is the same*/,
-                    std::unique_ptr<Scheme>* out) {
+Status LineHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return {Code::kCorrupted, "lineht: root object missing or damaged"};
   if (r->nshards == 0 || r->nshards > kMaxShards || r->probe == 0 || r->probe > kMaxProbe ||
@@ -124,6 +123,11 @@ Status LineHT::open(SchemeContext& ctx, bool /*clean: recovery is the same*/,
       return {Code::kCorrupted, "lineht: shard " + std::to_string(s) + " points nowhere"};
   }
   *out = std::make_unique<LineHT>(ctx, ctx.pool.root());
+  // Variable format: items are allocated and freed without a log (pm::Allocator::mark /
+  // unmark), so after a crash the blocks no slot reaches are freed — a walk of every slot,
+  // the price of log-free variable writes. The fixed format allocates only in resizes
+  // (logged): its open stays O(shards).
+  if (!clean && ctx.items.variable()) sweep_after_crash(ctx, **out);
   return Status::Ok();
 }
 
@@ -260,7 +264,7 @@ LineHT::Place LineHT::free_slot(const Shard& v, uint64_t hm) const {
 Status LineHT::insert_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                          std::string_view value) {
   common::Items::New item;
-  Status s = items_.make(key, value, k.kw, &item);
+  Status s = items_.write(key, value, k.kw, &item);  // variable: item and its bit flushed
   if (!s.ok()) return s;
   const pm::Persister& p = pool_.persister();
   Bucket& b = v.b0[at.j];
@@ -271,16 +275,11 @@ Status LineHT::insert_at(const Shard& v, const Hashed& k, Place at, std::string_
   }
   uint64_t m = b.load_meta();
   uint64_t nm = Bucket::next(m, Bucket::valid(m) | (1u << at.pos));
-  if (items_.variable()) {
-    p.persist(&b, sizeof b);  // the redo log's replay does not follow the line's order
-    pm::Tx tx(alloc_);
-    tx.publish(item.item);
-    tx.store(&b.meta, nm);
-    tx.commit();
-  } else {
-    p.line_order(&b);
-    pm::publish_persisted(p, &b.meta, nm, kUnpersisted);
-  }
+  // Log-free allocation (pm::Allocator::mark): the item and its allocation bit persist
+  // before the commit word can; a crash before the commit leaves a block the sweep frees.
+  if (items_.variable()) p.fence();
+  p.line_order(&b);
+  pm::publish_persisted(p, &b.meta, nm, kUnpersisted);
   if (reorder) {
     store_word(b.slots[at.pos].key, item.key_word);
     store_word(b.slots[at.pos].value, item.value_word);
@@ -292,25 +291,25 @@ Status LineHT::insert_at(const Shard& v, const Hashed& k, Place at, std::string_
   return Status::Ok();
 }
 
-// Fixed format: the value word in place, inside a marked commit word (a reader that meets
-// the mark persists the line before it returns): one flush, one fence. Variable: a new
-// item swapped in with the old one freed, in one allocator commit.
+// The value word in place, inside a marked commit word (a reader that meets the mark
+// persists the line before it returns): one flush, one fence. Variable: the new item and
+// its allocation bit are fenced first, and the old item is unmarked once the line is
+// persisted (the recovery sweep frees whichever of the two a crash left unreachable).
 Status LineHT::update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                          std::string_view value) {
   common::Items::New item;
-  Status s = items_.make(key, value, k.kw, &item);
+  Status s = items_.write(key, value, k.kw, &item);
   if (!s.ok()) return s;
   Bucket& b = v.b0[at.j];
-  if (items_.variable()) {
-    items_.replace_value(b.slots[at.pos].value, item);
-    return Status::Ok();
-  }
+  uint64_t old = b.slots[at.pos].value;
+  if (items_.variable()) pool_.persister().fence();
   uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m));
   std::atomic_ref<uint64_t> meta(b.meta);
   meta.store(nm | kUnpersisted, std::memory_order_release);
   store_word(b.slots[at.pos].value, item.value_word);
   pool_.persister().persist(&b, sizeof b);
   meta.store(nm, std::memory_order_release);
+  items_.retire(old);
   return Status::Ok();
 }
 
@@ -342,14 +341,8 @@ Status LineHT::remove(std::string_view key) {
   if (!at.found()) return {Code::kNotFound, "key not found"};
   Bucket& b = v.b0[at.j];
   uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m) & ~(1u << at.pos));
-  if (items_.variable()) {  // the item is freed with the same commit (epoch-deferred reuse)
-    pm::Tx tx(alloc_);
-    tx.store(&b.meta, nm);
-    tx.free(b.slots[at.pos].value);
-    tx.commit();
-  } else {
-    pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
-  }
+  pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
+  items_.retire(b.slots[at.pos].value);  // unpublished and persisted; reuse epoch-deferred
   v.set(at.j, Filter::without_slot(v.word(at.j), at.pos));
   return Status::Ok();
 }
