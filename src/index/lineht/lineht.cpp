@@ -1,15 +1,15 @@
 #include "index/lineht/lineht.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <new>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
 #include "pm/publish.hpp"
-
-#include <sys/mman.h>
 
 namespace pmhash::lineht {
 
@@ -32,6 +32,7 @@ LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
       nshards_(root_->nshards),
       probe_(root_->probe),
       use_filter_(runtime_config<Runtime, &parse_runtime>(ctx).filter),
+      prefetch_(runtime_config<Runtime, &parse_runtime>(ctx).prefetch),
       words_(new std::atomic<uint64_t>[root_->nshards]),
       locks_(new std::atomic<uint32_t>[root_->nshards]),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
@@ -49,10 +50,14 @@ LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
   filter_ = static_cast<std::atomic<uint64_t>*>(m);
 }
 
-LineHT::~LineHT() { munmap(filter_, filter_map_); }
+LineHT::~LineHT() {
+  munmap(filter_, filter_map_);
+}
 
 Status LineHT::parse_runtime(const common::Params& params, Runtime* out) {
-  return params.get_bool("lineht", "filter", true, &out->filter);
+  Status s = params.get_bool("lineht", "filter", true, &out->filter);
+  if (s.ok()) s = params.get_bool("lineht", "prefetch", true, &out->prefetch);
+  return s;
 }
 
 Status LineHT::layout(const Options& o, common::Params* layout) {
@@ -215,7 +220,7 @@ Status LineHT::get(std::string_view key, std::string* value) {
   uint64_t hm = home(k.h, v.n);
   // The home PM line and its filter word, both addressed from the shard word, are fetched
   // at once: a hit in the home bucket costs one miss, not a filter miss and then a PM miss.
-  __builtin_prefetch(&v.b0[hm]);
+  if (prefetch_) __builtin_prefetch(&v.b0[hm]);
   uint64_t reach = Filter::reach(v.word(hm));
   for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v.n ? 0 : j + 1) {
     uint32_t candidates = Filter::match(v.word(j), k.tag);

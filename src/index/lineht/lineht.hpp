@@ -45,7 +45,8 @@ class LineHT final : public Scheme {
   ~LineHT() override;
   static Status layout(const Options& o, common::Params* layout);
   struct Runtime {
-    bool filter = true;  // `filter`: readers consult the DRAM filter (off: PM buckets only)
+    bool filter = true;    // `filter`: readers consult the DRAM filter (off: PM buckets only)
+    bool prefetch = true;  // `prefetch`: the home PM line fetched beside its filter word
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
@@ -137,7 +138,7 @@ class LineHT final : public Scheme {
   Root* root_;
   uint64_t* dir_;
   uint64_t nshards_, probe_;
-  bool use_filter_;
+  bool use_filter_, prefetch_;
   // Per shard, dense (12 bytes, so the directory stays in cache): the shard word the DRAM
   // side was built for (0: not yet since open; lazy rebuild) and the shard's write lock.
   std::unique_ptr<std::atomic<uint64_t>[]> words_;
