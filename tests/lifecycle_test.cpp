@@ -21,7 +21,8 @@ using P = std::map<std::string, std::string>;
 std::vector<P> runtime_sets(const std::string& scheme) {
   if (scheme == "turbohash") return {{{"simd", "true"}}, {{"simd", "false"}}};
   if (scheme == "smartht") return {{{"filter", "true"}}, {{"filter", "false"}}};
-  if (scheme == "lineht") return {{{"filter", "on"}}, {{"filter", "off"}}};
+  if (scheme == "lineht")
+    return {{{"filter", "on"}, {"prefetch", "on"}}, {{"filter", "off"}, {"prefetch", "off"}}};
   if (scheme == "wophi")
     return {{{"pab_grow", "background"}},
             {{"pab_grow", "inline"}},

@@ -28,7 +28,8 @@ std::vector<BadParam> bad_params(const std::string& scheme) {
             {"filter", "ON", kBool},
             {"recovery_threads", "0", "[1, 256]"},
             {"recovery_threads", "300", "[1, 256]"}};
-  if (scheme == "lineht") return {{"filter", "maybe", kBool}, {"filter", "", kBool}};
+  if (scheme == "lineht")
+    return {{"filter", "maybe", kBool}, {"filter", "", kBool}, {"prefetch", "2", kBool}};
   if (scheme == "wophi")
     return {{"pab", "yes", kBool},
             {"pab_grow", "sometimes", "one of background, inline"},

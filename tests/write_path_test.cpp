@@ -132,6 +132,38 @@ TEST_P(WritePathTest, WophiWithoutPab) {
     run(o, 4, {2, 2}, {3, 2}, {1, 1}, {1, 1});
 }
 
+// LineHT (one-line buckets, one shard big enough for every key: no resize): slot words and
+// the commit word in one line, one flush, one fence; an update the same; a delete the commit
+// word alone. Variable: the item's line and its allocation bit's line (pm::Allocator::mark)
+// and one fence before the commit; a delete unmarks the item without a flush. With the redo
+// log (before) a variable insert cost 6 flushes / 4 fences.
+TEST_P(WritePathTest, LineHT) {
+  TempPool p;
+  Options o = small_options("lineht", GetParam());
+  o.params = {{"shards", "1"}, {"buckets", "64"}};
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  const int n = 48;  // a quarter of the 192 slots: no key beyond its probe bound
+  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word, once
+  ASSERT_TRUE(idx->remove(key(n)).ok());
+  const Cost write = variable() ? Cost{3, 2} : Cost{1, 1}, remove{1, 1};
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok()); });
+    EXPECT_EQ(c, write) << "insert " << i;
+  }
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
+    EXPECT_EQ(c, write) << "update " << i;
+  }
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
+    EXPECT_EQ(c, remove) << "delete " << i;
+  }
+  EXPECT_EQ(counter(*idx, "shard_resizes"), 0);
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, WritePathTest,
                          ::testing::Values(Format::kFixed, Format::kVariable),
                          [](const auto& info) {

@@ -1,7 +1,11 @@
 #include "index/lineht/lineht.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -28,15 +32,32 @@ LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
       nshards_(root_->nshards),
       probe_(root_->probe),
       use_filter_(runtime_config<Runtime, &parse_runtime>(ctx).filter),
-      shards_(new ShardMirror[root_->nshards]),
-      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {}
+      prefetch_(runtime_config<Runtime, &parse_runtime>(ctx).prefetch),
+      words_(new std::atomic<uint64_t>[root_->nshards]),
+      locks_(new std::atomic<uint32_t>[root_->nshards]),
+      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    words_[s].store(0, std::memory_order_relaxed);
+    locks_[s].store(0, std::memory_order_relaxed);
+  }
+  // Reserved, not committed: pages appear as shards are built (zero until then). Huge pages
+  // where the kernel allows: a lookup's filter line then rarely costs a TLB miss too.
+  filter_map_ = (pool_.size() / 64 * sizeof(uint64_t) + 4095) & ~size_t{4095};
+  void* m = mmap(nullptr, filter_map_, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) throw std::bad_alloc();
+  madvise(m, filter_map_, MADV_HUGEPAGE);
+  filter_ = static_cast<std::atomic<uint64_t>*>(m);
+}
 
 LineHT::~LineHT() {
-  for (uint64_t s = 0; s < nshards_; ++s) delete shards_[s].view.load(std::memory_order_relaxed);
+  munmap(filter_, filter_map_);
 }
 
 Status LineHT::parse_runtime(const common::Params& params, Runtime* out) {
-  return params.get_bool("lineht", "filter", true, &out->filter);
+  Status s = params.get_bool("lineht", "filter", true, &out->filter);
+  if (s.ok()) s = params.get_bool("lineht", "prefetch", true, &out->prefetch);
+  return s;
 }
 
 Status LineHT::layout(const Options& o, common::Params* layout) {
@@ -94,8 +115,7 @@ Status LineHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   return Status::Ok();
 }
 
-Status LineHT::open(SchemeContext& ctx, bool /*clean: recovery is the same*/,
-                    std::unique_ptr<Scheme>* out) {
+Status LineHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return {Code::kCorrupted, "lineht: root object missing or damaged"};
   if (r->nshards == 0 || r->nshards > kMaxShards || r->probe == 0 || r->probe > kMaxProbe ||
@@ -108,6 +128,11 @@ Status LineHT::open(SchemeContext& ctx, bool /*clean: recovery is the same*/,
       return {Code::kCorrupted, "lineht: shard " + std::to_string(s) + " points nowhere"};
   }
   *out = std::make_unique<LineHT>(ctx, ctx.pool.root());
+  // Variable format: items are allocated and freed without a log (pm::Allocator::mark /
+  // unmark), so after a crash the blocks no slot reaches are freed — a walk of every slot,
+  // the price of log-free variable writes. The fixed format allocates only in resizes
+  // (logged): its open stays O(shards).
+  if (!clean && ctx.items.variable()) sweep_after_crash(ctx, **out);
   return Status::Ok();
 }
 
@@ -117,41 +142,39 @@ LineHT::Hashed LineHT::hashed(std::string_view key) const {
           tag_of(h)};
 }
 
-// The DRAM view of a shard from its PM buckets: each live slot's tag, and for each home
-// bucket the longest distance one of its keys lies from it.
-LineHT::View* LineHT::build_view(uint64_t packed) const {
-  uint64_t n = packed_count(packed);
-  Bucket* b0 = buckets(packed);
+// The filter of a shard from its PM buckets: each live slot's tag, and for each home bucket
+// the longest distance one of its keys lies from it. The words are the new bucket array's
+// (no reader can be reading them: the array's block was free for a grace period).
+void LineHT::build_filter(const Shard& v) const {
+  uint64_t n = v.n;
   std::vector<uint64_t> w(n, 0);
   for (uint64_t i = 0; i < n; ++i) {
-    uint64_t m = b0[i].load_meta();
+    uint64_t m = v.b0[i].load_meta();
     for (uint32_t mask = Bucket::valid(m); mask; mask &= mask - 1) {
       int pos = std::countr_zero(mask);
-      uint64_t h = items_.slot_hash(load_word(b0[i].slots[pos].key));
+      uint64_t h = items_.slot_hash(load_word(v.b0[i].slots[pos].key));
       w[i] = Filter::with_slot(w[i], pos, tag_of(h));
       uint64_t hm = home(h, n), dist = (i + n - hm) % n;
       if (dist > Filter::reach(w[hm])) w[hm] = Filter::with_reach(w[hm], uint32_t(dist));
     }
   }
-  auto* v = new View{packed, b0, n, std::make_unique<std::atomic<uint64_t>[]>(n)};
-  for (uint64_t i = 0; i < n; ++i) v->filter[i].store(w[i], std::memory_order_relaxed);
-  return v;
+  for (uint64_t i = 0; i < n; ++i) v.f[i].store(w[i], std::memory_order_relaxed);
 }
 
-LineHT::View* LineHT::locked_view(uint32_t shard) {
-  ShardMirror& sm = shards_[shard];
-  View* v = sm.view.load(std::memory_order_acquire);
-  if (v == nullptr) {
-    v = build_view(load_word(dir_[shard]));
-    sm.view.store(v, std::memory_order_release);
+LineHT::Shard LineHT::locked_view(uint32_t shard) {
+  uint64_t w = words_[shard].load(std::memory_order_acquire);
+  if (w == 0) {
+    w = load_word(dir_[shard]);
+    build_filter(shard_of(w));
+    words_[shard].store(w, std::memory_order_release);  // the filter first, then the word
   }
-  return v;
+  return shard_of(w);
 }
 
-LineHT::View* LineHT::view(uint32_t shard) {
-  View* v = shards_[shard].view.load(std::memory_order_acquire);
-  if (v != nullptr) return v;
-  std::lock_guard<std::mutex> lock(shards_[shard].write_lock);  // once per shard and open
+LineHT::Shard LineHT::view(uint32_t shard) {
+  uint64_t w = words_[shard].load(std::memory_order_acquire);
+  if (w != 0) return shard_of(w);
+  Locked lock(locks_[shard]);  // once per shard and open
   return locked_view(shard);
 }
 
@@ -191,22 +214,26 @@ Status LineHT::get(std::string_view key, std::string* value) {
   Hashed k = hashed(key);
   ThreadStats& ts = tstats_[threads_.id()];
   pm::Epochs::Guard guard(epochs_);
-  View* v = view(k.shard);
+  Shard v = view(k.shard);  // the dense directory: a cache hit in the common case
   bump(ts.reads);
-  if (!use_filter_) return get_unfiltered(*v, k, key, value);
-  uint64_t hm = home(k.h, v->n), reach = Filter::reach(v->word(hm));
-  for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v->n ? 0 : j + 1) {
-    uint32_t candidates = Filter::match(v->word(j), k.tag);
+  if (!use_filter_) return get_unfiltered(v, k, key, value);
+  uint64_t hm = home(k.h, v.n);
+  // The home PM line and its filter word, both addressed from the shard word, are fetched
+  // at once: a hit in the home bucket costs one miss, not a filter miss and then a PM miss.
+  if (prefetch_) __builtin_prefetch(&v.b0[hm]);
+  uint64_t reach = Filter::reach(v.word(hm));
+  for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v.n ? 0 : j + 1) {
+    uint32_t candidates = Filter::match(v.word(j), k.tag);
     if (candidates == 0) continue;
     bump(ts.pm_reads);
-    if (read_bucket(v->b0[j], candidates, k, key, value) >= 0) return Status::Ok();
+    if (read_bucket(v.b0[j], candidates, k, key, value) >= 0) return Status::Ok();
   }
   return {Code::kNotFound, "key not found"};
 }
 
 // Without the filter (run-time `filter=off`, to measure what it buys): every bucket of the
 // probe sequence is read from PM.
-Status LineHT::get_unfiltered(const View& v, const Hashed& k, std::string_view key,
+Status LineHT::get_unfiltered(const Shard& v, const Hashed& k, std::string_view key,
                               std::string* value) {
   ThreadStats& ts = tstats_[threads_.id()];
   for (uint64_t d = 0, j = home(k.h, v.n); d < probe(v.n); ++d, j = j + 1 == v.n ? 0 : j + 1) {
@@ -217,7 +244,7 @@ Status LineHT::get_unfiltered(const View& v, const Hashed& k, std::string_view k
 }
 
 // Writers hold the shard's lock: PM and the filter agree, no validation needed.
-LineHT::Place LineHT::find_locked(const View& v, const Hashed& k, std::string_view key) const {
+LineHT::Place LineHT::find_locked(const Shard& v, const Hashed& k, std::string_view key) const {
   uint64_t hm = home(k.h, v.n), reach = Filter::reach(v.word(hm));
   for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v.n ? 0 : j + 1)
     for (uint32_t mask = Filter::match(v.word(j), k.tag); mask; mask &= mask - 1) {
@@ -229,7 +256,7 @@ LineHT::Place LineHT::find_locked(const View& v, const Hashed& k, std::string_vi
 }
 
 // Linear probing over buckets: the first bucket with a free slot within the probe bound.
-LineHT::Place LineHT::free_slot(const View& v, uint64_t hm) const {
+LineHT::Place LineHT::free_slot(const Shard& v, uint64_t hm) const {
   for (uint64_t d = 0, j = hm; d < probe(v.n); ++d, j = j + 1 == v.n ? 0 : j + 1) {
     uint32_t f = ~Filter::valid(v.word(j)) & kValidMask;
     if (f) return {j, std::countr_zero(f)};
@@ -239,10 +266,10 @@ LineHT::Place LineHT::free_slot(const View& v, uint64_t hm) const {
 
 // Slot words, then the commit word in the same line: one flush, one fence (SmartHT's
 // merged flush; the commit is WOPHI's single 8-byte store). The filter follows the commit.
-Status LineHT::insert_at(View& v, const Hashed& k, Place at, std::string_view key,
+Status LineHT::insert_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                          std::string_view value) {
   common::Items::New item;
-  Status s = items_.make(key, value, k.kw, &item);
+  Status s = items_.write(key, value, k.kw, &item);  // variable: item and its bit flushed
   if (!s.ok()) return s;
   const pm::Persister& p = pool_.persister();
   Bucket& b = v.b0[at.j];
@@ -253,16 +280,11 @@ Status LineHT::insert_at(View& v, const Hashed& k, Place at, std::string_view ke
   }
   uint64_t m = b.load_meta();
   uint64_t nm = Bucket::next(m, Bucket::valid(m) | (1u << at.pos));
-  if (items_.variable()) {
-    p.persist(&b, sizeof b);  // the redo log's replay does not follow the line's order
-    pm::Tx tx(alloc_);
-    tx.publish(item.item);
-    tx.store(&b.meta, nm);
-    tx.commit();
-  } else {
-    p.line_order(&b);
-    pm::publish_persisted(p, &b.meta, nm, kUnpersisted);
-  }
+  // Log-free allocation (pm::Allocator::mark): the item and its allocation bit persist
+  // before the commit word can; a crash before the commit leaves a block the sweep frees.
+  if (items_.variable()) p.fence();
+  p.line_order(&b);
+  pm::publish_persisted(p, &b.meta, nm, kUnpersisted);
   if (reorder) {
     store_word(b.slots[at.pos].key, item.key_word);
     store_word(b.slots[at.pos].value, item.value_word);
@@ -274,41 +296,41 @@ Status LineHT::insert_at(View& v, const Hashed& k, Place at, std::string_view ke
   return Status::Ok();
 }
 
-// Fixed format: the value word in place, inside a marked commit word (a reader that meets
-// the mark persists the line before it returns): one flush, one fence. Variable: a new
-// item swapped in with the old one freed, in one allocator commit.
-Status LineHT::update_at(View& v, const Hashed& k, Place at, std::string_view key,
+// The value word in place, inside a marked commit word (a reader that meets the mark
+// persists the line before it returns): one flush, one fence. Variable: the new item and
+// its allocation bit are fenced first, and the old item is unmarked once the line is
+// persisted (the recovery sweep frees whichever of the two a crash left unreachable).
+Status LineHT::update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                          std::string_view value) {
   common::Items::New item;
-  Status s = items_.make(key, value, k.kw, &item);
+  Status s = items_.write(key, value, k.kw, &item);
   if (!s.ok()) return s;
   Bucket& b = v.b0[at.j];
-  if (items_.variable()) {
-    items_.replace_value(b.slots[at.pos].value, item);
-    return Status::Ok();
-  }
+  uint64_t old = b.slots[at.pos].value;
+  if (items_.variable()) pool_.persister().fence();
   uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m));
   std::atomic_ref<uint64_t> meta(b.meta);
   meta.store(nm | kUnpersisted, std::memory_order_release);
   store_word(b.slots[at.pos].value, item.value_word);
   pool_.persister().persist(&b, sizeof b);
   meta.store(nm, std::memory_order_release);
+  items_.retire(old);
   return Status::Ok();
 }
 
 Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
-  std::lock_guard<std::mutex> lock(shards_[k.shard].write_lock);
+  Locked lock(locks_[k.shard]);
   for (;;) {
-    View* v = locked_view(k.shard);
-    Place at = find_locked(*v, k, key);
+    Shard v = locked_view(k.shard);
+    Place at = find_locked(v, k, key);
     if (at.found()) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
-      return update_at(*v, k, at, key, value);
+      return update_at(v, k, at, key, value);
     }
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
-    at = free_slot(*v, home(k.h, v->n));
-    if (at.found()) return insert_at(*v, k, at, key, value);
+    at = free_slot(v, home(k.h, v.n));
+    if (at.found()) return insert_at(v, k, at, key, value);
     Status s = resize(k.shard);  // no free slot within the probe bound
     if (!s.ok()) return s;
   }
@@ -318,21 +340,15 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
 // filter forgets the slot (the reach stays: it only shrinks when the shard is rebuilt).
 Status LineHT::remove(std::string_view key) {
   Hashed k = hashed(key);
-  std::lock_guard<std::mutex> lock(shards_[k.shard].write_lock);
-  View* v = locked_view(k.shard);
-  Place at = find_locked(*v, k, key);
+  Locked lock(locks_[k.shard]);
+  Shard v = locked_view(k.shard);
+  Place at = find_locked(v, k, key);
   if (!at.found()) return {Code::kNotFound, "key not found"};
-  Bucket& b = v->b0[at.j];
+  Bucket& b = v.b0[at.j];
   uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m) & ~(1u << at.pos));
-  if (items_.variable()) {  // the item is freed with the same commit (epoch-deferred reuse)
-    pm::Tx tx(alloc_);
-    tx.store(&b.meta, nm);
-    tx.free(b.slots[at.pos].value);
-    tx.commit();
-  } else {
-    pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
-  }
-  v->set(at.j, Filter::without_slot(v->word(at.j), at.pos));
+  pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
+  items_.retire(b.slots[at.pos].value);  // unpublished and persisted; reuse epoch-deferred
+  v.set(at.j, Filter::without_slot(v.word(at.j), at.pos));
   return Status::Ok();
 }
 
@@ -351,18 +367,18 @@ bool LineHT::place(Bucket* b0, uint64_t n, const Slot& s) const {
 // TurboHash §3.5, one shard at a time: its live items placed into a shard of twice the
 // buckets in DRAM, written to PM sequentially and persisted; the new view is published to
 // readers, then the directory word, the allocation and the old shard's free commit at once.
-// Readers still on the old shard keep reading it (unchanged) until their grace period ends.
+// Readers still on the old shard keep reading it and its filter (both unchanged) until their
+// grace period ends: only then can the allocator hand its block, and so its filter words, out.
 Status LineHT::resize(uint32_t shard) {
-  ShardMirror& sm = shards_[shard];
-  View* old = sm.view.load(std::memory_order_relaxed);
+  Shard old = shard_of(words_[shard].load(std::memory_order_relaxed));
   std::vector<Slot> live;
-  for (uint64_t i = 0; i < old->n; ++i) {
-    const Bucket& b = old->b0[i];
+  for (uint64_t i = 0; i < old.n; ++i) {
+    const Bucket& b = old.b0[i];
     for (uint32_t mask = Bucket::valid(b.meta); mask; mask &= mask - 1)
       live.push_back(b.slots[std::countr_zero(mask)]);
   }
   std::vector<Bucket> nb;
-  uint64_t nn = old->n * 2;
+  uint64_t nn = old.n * 2;
   for (;; nn *= 2) {
     if (nn > kMaxShardBuckets)
       return {Code::kPoolFull, "lineht: shard " + std::to_string(shard) + " cannot grow further"};
@@ -379,23 +395,23 @@ Status LineHT::resize(uint32_t shard) {
   const pm::Persister& p = pool_.persister();
   p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
   p.fence();
-  sm.view.store(build_view(pack(nn, r.off)), std::memory_order_release);
+  build_filter(shard_of(pack(nn, r.off)));
+  words_[shard].store(pack(nn, r.off), std::memory_order_release);  // the filter first
   pm::Tx tx(alloc_);
   tx.publish(r);
   tx.store(&dir_[shard], pack(nn, r.off));
-  tx.free(packed_offset(old->packed));
+  tx.free(packed_offset(old.packed));  // reused one grace period later (Allocator::on_free)
   tx.commit();
-  epochs_.retire([old] { delete old; });  // published the new view first
   ThreadStats& ts = tstats_[threads_.id()];
   bump(ts.resizes);
   bump(ts.moved, live.size());
   return Status::Ok();
 }
 
-// The shard's current bucket array (its view's, or the directory's before first use).
+// The shard's current bucket array (the DRAM word, or the directory's before first use).
 uint64_t LineHT::current(uint64_t s) const {
-  const View* v = shards_[s].view.load(std::memory_order_acquire);
-  return v != nullptr ? v->packed : load_word(dir_[s]);
+  uint64_t w = words_[s].load(std::memory_order_acquire);
+  return w != 0 ? w : load_word(dir_[s]);
 }
 
 uint64_t LineHT::size() const {
@@ -419,10 +435,10 @@ uint64_t LineHT::capacity_slots() const {
 
 uint64_t LineHT::dram_bytes() const {
   pm::Epochs::Guard guard(epochs_);
-  uint64_t total = nshards_ * sizeof(ShardMirror);
+  uint64_t total = nshards_ * (sizeof(uint64_t) + sizeof(uint32_t));
   for (uint64_t s = 0; s < nshards_; ++s) {
-    const View* v = shards_[s].view.load(std::memory_order_acquire);
-    if (v != nullptr) total += sizeof(View) + v->n * sizeof(uint64_t);
+    uint64_t w = words_[s].load(std::memory_order_acquire);
+    if (w != 0) total += packed_count(w) * sizeof(uint64_t);  // the filter words in use
   }
   return total;
 }
@@ -451,9 +467,11 @@ bool LineHT::check_shard(uint64_t s, std::string* report) const {
     ok = false;
     *report += "lineht: shard " + std::to_string(s) + ": " + what + "\n";
   };
-  const View* v = shards_[s].view.load(std::memory_order_acquire);
+  uint64_t w = words_[s].load(std::memory_order_acquire);
   uint64_t packed = load_word(dir_[s]);
-  if (v != nullptr && v->packed != packed) bad("DRAM view differs from the directory");
+  if (w != 0 && w != packed) bad("DRAM shard word differs from the directory");
+  std::optional<Shard> v;
+  if (w != 0) v = shard_of(w);
   const Bucket* b0 = buckets(packed);
   uint64_t n = packed_count(packed);
   std::unordered_set<std::string> seen;
@@ -461,7 +479,7 @@ bool LineHT::check_shard(uint64_t s, std::string* report) const {
     uint64_t m = b0[i].load_meta();
     std::string where = "bucket " + std::to_string(i);
     if (m & 0xFFFF'FFFFull & ~(kValidMask | kUnpersisted)) bad(where + ": stray metadata bits");
-    if (v != nullptr && Filter::valid(v->word(i)) != Bucket::valid(m))
+    if (v && Filter::valid(v->word(i)) != Bucket::valid(m))
       bad(where + ": filter valid bits differ from PM");
     for (uint32_t mask = Bucket::valid(m); mask; mask &= mask - 1) {
       int pos = std::countr_zero(mask);
@@ -479,7 +497,7 @@ bool LineHT::check_shard(uint64_t s, std::string* report) const {
       if (common::fast_range(h >> 32, nshards_) != s) bad(at + ": key in the wrong shard");
       if (dist >= probe(n)) bad(at + ": key beyond its probe sequence");
       if (!seen.insert(items_.slot_key_bytes(sl)).second) bad(at + ": key stored twice");
-      if (v == nullptr) continue;
+      if (!v) continue;
       if (Filter::tag(v->word(i), pos) != tag_of(h)) bad(at + ": filter tag mismatch");
       if (Filter::reach(v->word(hm)) < dist) bad(at + ": beyond its home bucket's reach");
     }

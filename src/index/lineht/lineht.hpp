@@ -9,9 +9,9 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 
 #include "common/shard_word.hpp"
+#include "common/spin_lock.hpp"
 #include "index/lineht/bucket.hpp"
 #include "index/scheme.hpp"
 
@@ -45,7 +45,8 @@ class LineHT final : public Scheme {
   ~LineHT() override;
   static Status layout(const Options& o, common::Params* layout);
   struct Runtime {
-    bool filter = true;  // `filter`: readers consult the DRAM filter (off: PM buckets only)
+    bool filter = true;    // `filter`: readers consult the DRAM filter (off: PM buckets only)
+    bool prefetch = true;  // `prefetch`: the home PM line fetched beside its filter word
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
@@ -63,20 +64,25 @@ class LineHT final : public Scheme {
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
 
  private:
-  // A shard as DRAM sees it: its PM buckets and one filter word per bucket. Replaced whole
-  // (publish, then retire) when the shard is resized.
-  struct View {
-    uint64_t packed;
+  // A shard as a lookup sees it, computed from its 8-byte shard word alone: the PM bucket
+  // array and its filter words, which sit at the PM array's line index in the filter array
+  // (one word per 64-byte line of the pool). Nothing to load between the word and both.
+  struct Shard {
+    uint64_t packed, n;
     Bucket* b0;
-    uint64_t n;
-    std::unique_ptr<std::atomic<uint64_t>[]> filter;
-    uint64_t word(uint64_t i) const { return filter[i].load(std::memory_order_acquire); }
-    void set(uint64_t i, uint64_t w) { filter[i].store(w, std::memory_order_release); }
+    std::atomic<uint64_t>* f;
+    uint64_t word(uint64_t i) const { return f[i].load(std::memory_order_acquire); }
+    void set(uint64_t i, uint64_t w) const { f[i].store(w, std::memory_order_release); }
   };
-  // Null until the shard is first touched after open (lazy rebuild: instant recovery).
-  struct alignas(64) ShardMirror {
-    std::atomic<View*> view{nullptr};
-    std::mutex write_lock;
+  class Locked {  // holds a shard's write lock
+   public:
+    explicit Locked(std::atomic<uint32_t>& w) : w_(w) { common::lock_word(w_); }
+    ~Locked() { common::unlock_word(w_); }
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    std::atomic<uint32_t>& w_;
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> pm_reads{0}, reads{0}, resizes{0}, moved{0}, retries{0};
@@ -100,18 +106,21 @@ class LineHT final : public Scheme {
   Hashed hashed(std::string_view key) const;
   Bucket* buckets(uint64_t packed) const { return pool_.ptr<Bucket>(packed_offset(packed)); }
 
-  View* view(uint32_t shard);         // the shard's view, built on first use
-  View* locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
+  Shard shard_of(uint64_t packed) const {
+    return {packed, packed_count(packed), buckets(packed), filter_ + packed_offset(packed) / 64};
+  }
+  Shard view(uint32_t shard);         // the shard, its filter built on first use
+  Shard locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
   uint64_t current(uint64_t shard) const;
-  View* build_view(uint64_t packed) const;
-  Status get_unfiltered(const View& v, const Hashed& k, std::string_view key, std::string* value);
-  Place find_locked(const View& v, const Hashed& k, std::string_view key) const;
-  Place free_slot(const View& v, uint64_t home) const;
+  void build_filter(const Shard& v) const;
+  Status get_unfiltered(const Shard& v, const Hashed& k, std::string_view key, std::string* value);
+  Place find_locked(const Shard& v, const Hashed& k, std::string_view key) const;
+  Place free_slot(const Shard& v, uint64_t home) const;
   int read_bucket(const Bucket& b, uint32_t candidates, const Hashed& k, std::string_view key,
                   std::string* value) const;
-  Status insert_at(View& v, const Hashed& k, Place at, std::string_view key,
+  Status insert_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                    std::string_view value);
-  Status update_at(View& v, const Hashed& k, Place at, std::string_view key,
+  Status update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                    std::string_view value);
   Status resize(uint32_t shard);  // caller holds the shard's write lock
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
@@ -129,8 +138,15 @@ class LineHT final : public Scheme {
   Root* root_;
   uint64_t* dir_;
   uint64_t nshards_, probe_;
-  bool use_filter_;
-  std::unique_ptr<ShardMirror[]> shards_;
+  bool use_filter_, prefetch_;
+  // Per shard, dense (12 bytes, so the directory stays in cache): the shard word the DRAM
+  // side was built for (0: not yet since open; lazy rebuild) and the shard's write lock.
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+  std::unique_ptr<std::atomic<uint32_t>[]> locks_;
+  // The filter words, one per 64-byte line of the pool (an anonymous mapping, touched only
+  // where bucket arrays lie): a shard's filter is addressed from its shard word.
+  std::atomic<uint64_t>* filter_ = nullptr;
+  size_t filter_map_ = 0;
   std::unique_ptr<ThreadStats[]> tstats_;
 };
 
