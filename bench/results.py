@@ -202,23 +202,42 @@ def paper_figures(d):
         ax.legend(fontsize=8)
         save(fig, "hdnh-skew.png")
     r = rows("pmeh")
-    if r:  # Fig. 16: records moved by splits, per split multiple and segment size
-        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    if r:  # Fig. 16: records moved by splits and bytes flushed per insert, per split multiple
+        # and segment size (the load rows)
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
         sizes = ["4K", "8K", "16K", "32K", "64K", "128K"]
-        for i, sp in enumerate(["2", "4", "8", "16"]):
-            ys = []
-            for sz in sizes:
-                x = [y for y in r if y.get("label") == "s%s seg=%s" % (sp, sz) and
-                     y["workload"] == "load"]
-                ys.append(x[0].get("d.records_moved", 0) / 1e3 if x else 0)
-            ax.bar([j + i * 0.2 for j in range(len(sizes))], ys, 0.2, label=sp + "-split")
-        ax.set_xticks([j + 0.3 for j in range(len(sizes))])
-        ax.set_xticklabels(sizes)
-        ax.set_xlabel("segment size")
-        ax.set_ylabel("records moved (thousands)")
-        ax.set_title("PMEH: records moved while loading (Fig. 16)")
-        ax.legend(fontsize=8)
+        for ax, key, scale, ylabel in [
+                (axes[0], "d.records_moved", 1e3, "records moved (thousands)"),
+                (axes[1], "bytes_flushed_per_op", 1, "bytes flushed per insert")]:
+            for i, sp in enumerate(["2", "4", "8", "16"]):
+                ys = []
+                for sz in sizes:
+                    x = [y for y in r if y.get("label") == "s%s seg=%s" % (sp, sz) and
+                         y["workload"] == "load"]
+                    ys.append(x[0].get(key, 0) / scale if x else 0)
+                ax.bar([j + i * 0.2 for j in range(len(sizes))], ys, 0.2, label=sp + "-split")
+            ax.set_xticks([j + 0.3 for j in range(len(sizes))])
+            ax.set_xticklabels(sizes)
+            ax.set_xlabel("segment size")
+            ax.set_ylabel(ylabel)
+        axes[0].set_title("PMEH: records moved while loading (Fig. 16)")
+        axes[1].set_title("PMEH: bytes flushed per insert while loading")
+        axes[0].legend(fontsize=8)
         save(fig, "pmeh-moved.png")
+        # Fig. 14: routed searches over skew, opportunistic vs partition-only vs locked.
+        f14 = [y for y in r if y.get("label", "").startswith("fig14 ")]
+        if f14:
+            fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+            for ax, w in zip(axes, ["read", "update"]):
+                for cc in ["opportunistic", "partition", "locked"]:
+                    xs = sorted((float(y["dist"].split(":")[1]), y["mops"]) for y in f14
+                                if y["label"] == "fig14 " + cc and y["workload"] == w)
+                    ax.plot([a for a, _ in xs], [b for _, b in xs], "o-", label=cc)
+                ax.set_xlabel("zipfian theta")
+                ax.set_ylabel(w + " Mops/s")
+                ax.set_title("PMEH Fig. 14: routed %ss, 2 threads" % w)
+                ax.legend(fontsize=8)
+            save(fig, "pmeh-fig14.png")
 
 
 def main():

@@ -99,6 +99,20 @@ uint64_t pmhash_size(const pmhash_index* t) {
   return t == nullptr ? 0 : t->index->size();
 }
 
+uint32_t pmhash_partitions(const pmhash_index* t) {
+  return t == nullptr ? 1 : t->index->partitions();
+}
+
+uint32_t pmhash_owner(const pmhash_index* t, const void* k, size_t kl) {
+  return t == nullptr || bad_bytes(k, kl) ? 0 : t->index->owner(bytes(k, kl));
+}
+
+uint32_t pmhash_partition(const pmhash_index* t) {
+  return t == nullptr ? PMHASH_NO_PARTITION : t->index->partition();
+}
+
+static_assert(PMHASH_NO_PARTITION == pmhash::Index::kNoPartition);
+
 int pmhash_check(pmhash_index* t, char* err, size_t err_len) {
   if (t == nullptr) return invalid("index", err, err_len);
   pmhash::Status s = t->index->check();

@@ -455,6 +455,21 @@ uint64_t Index::size() const {
   return impl_->scheme->size();
 }
 
+// Pure functions of the open's configuration (the scheme object lives until ~Index): no
+// thread slot is taken, so a dispatcher thread routing keys does not take a worker's.
+uint32_t Index::partitions() const {
+  return impl_->scheme->partitions();
+}
+
+uint32_t Index::owner(std::string_view key) const {
+  return impl_->scheme->owner(key);
+}
+
+uint32_t Index::partition() const {
+  PMHASH_ENTER(kNoPartition);
+  return impl_->scheme->partition_of_thread(tid);
+}
+
 Stats Index::stats() const {
   Stats st;
   PMHASH_ENTER(st);

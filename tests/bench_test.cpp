@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "limit.hpp"
 #include "report.hpp"
@@ -473,6 +475,93 @@ TEST(BenchDist, LoadAndDeleteOrderFollowTheDistribution) {
     EXPECT_LT((*m)["zipfian:0.99"].top_pos, 0.05) << what;  // the hottest id comes early
     EXPECT_GT((*m)["selfsimilar:0.2"].hot_first, 0.4) << what;
   }
+}
+
+// --routed (PMEH Fig. 14): every operation is issued by the worker owning its key's
+// partition (the owner from a second index with the same partitioning; concurrency=partition
+// also refuses a foreign write, so every op must succeed), the two workers own different
+// partitions, and together they issue the draws of the labelled distribution. With =help
+// the same draws are issued (by either worker); a partition without a worker is an error.
+struct RoutedOp {
+  std::thread::id thread;
+  char op;
+  uint64_t id;
+  std::string key;
+};
+std::vector<RoutedOp> routed_trace(const std::string& dist, bench::RunConfig::Routing how,
+                                   int zone_threads, std::vector<bench::Row>* rows,
+                                   std::string* err) {
+  bench::RunConfig c;
+  c.scheme = "pmeh";
+  c.threads = 2;
+  c.keys = kKeys;
+  c.ops = kOps;
+  c.sequential_keys = true;
+  c.progress = false;
+  c.pin = false;
+  c.recovery = false;
+  c.routed = how;
+  c.params = {{"zone_threads", std::to_string(zone_threads)}, {"concurrency", "partition"}};
+  if (how == bench::RunConfig::Routing::kHelp) c.params["concurrency"] = "opportunistic";
+  c.workloads = {"read", "update"};
+  EXPECT_TRUE(bench::DistSpec::parse(dist, &c.dist));
+  std::mutex mu;
+  std::vector<RoutedOp> out;
+  c.on_op = [&](char op, const std::string& k) {
+    uint64_t id;
+    std::memcpy(&id, k.data(), 8);
+    std::lock_guard<std::mutex> g(mu);
+    out.push_back({std::this_thread::get_id(), op, id, k});
+  };
+  if (!bench::run(c, rows, err)) out.clear();
+  return out;
+}
+
+TEST(BenchDist, RoutedRunsIssueOnlyOwnedKeysAndHonourTheDistribution) {
+  TempPool p;  // the owner oracle: a PMEH index partitioned as the bench's (64 zones, 2)
+  std::unique_ptr<Index> oracle;
+  Options o = small_options("pmeh", Format::kFixed);
+  o.params = {{"zone_threads", "2"}};
+  ASSERT_TRUE(Index::open(p.path, o, &oracle).ok());
+  std::map<std::string, Shape> s;
+  for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
+    std::vector<bench::Row> rows;
+    std::string err;
+    auto ops = routed_trace(d, bench::RunConfig::Routing::kOwn, 2, &rows, &err);
+    ASSERT_FALSE(ops.empty()) << d << ": " << err;
+    // Per issuing thread and phase (a phase's threads may reuse an earlier one's thread id).
+    std::map<std::pair<std::thread::id, char>, std::set<uint32_t>> owners;
+    std::vector<uint64_t> reads;
+    for (auto& op : ops) {
+      owners[{op.thread, op.op}].insert(oracle->owner(op.key));
+      if (op.op == 'g') reads.push_back(op.id);
+    }
+    std::set<uint32_t> all;
+    for (auto& [t, os] : owners) {
+      EXPECT_EQ(os.size(), 1u) << d << ": a worker issued keys of two partitions";
+      all.insert(os.begin(), os.end());
+    }
+    EXPECT_EQ(all, (std::set<uint32_t>{0, 1})) << d;
+    for (auto& r : rows) EXPECT_EQ(r.values["failed"], 0) << d << " " << r.tags["workload"];
+    ASSERT_EQ(reads.size(), kOps) << d;
+    s[d] = shape(reads, kKeys);
+    // Help: the same number of draws, same shape (checked below for zipfian).
+    if (d == "zipfian:0.99") {
+      auto h = routed_trace(d, bench::RunConfig::Routing::kHelp, 2, &rows, &err);
+      std::vector<uint64_t> hr;
+      for (auto& op : h)
+        if (op.op == 'g') hr.push_back(op.id);
+      ASSERT_EQ(hr.size(), kOps) << err;
+      std::sort(hr.begin(), hr.end());
+      std::sort(reads.begin(), reads.end());
+      EXPECT_EQ(hr, reads);  // the same draws (one generator, one seed), whoever issued them
+    }
+  }
+  expect_shapes("routed read", s["uniform"], s["zipfian:0.99"], s["selfsimilar:0.2"]);
+  std::vector<bench::Row> rows;
+  std::string err;
+  EXPECT_TRUE(routed_trace("uniform", bench::RunConfig::Routing::kOwn, 3, &rows, &err).empty());
+  EXPECT_NE(err.find("no worker thread owns partition"), std::string::npos) << err;
 }
 
 TEST(BenchDist, RefusesWhatItDoesNotHonour) {

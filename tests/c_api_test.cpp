@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 
 #include "pmhash/pmhash.h"
 #include "test_util.hpp"
@@ -32,6 +33,13 @@ TEST(CApi, RoundTripAndErrors) {
     EXPECT_EQ(pmhash_update(t, "x", 1, "v", 1), PMHASH_NOT_FOUND);
     EXPECT_EQ(pmhash_insert(t, "", 0, "v", 1), PMHASH_INVALID_ARGUMENT);
     EXPECT_EQ(pmhash_size(t), 1u);
+    // Routing: only PMEH partitions its keys; this thread (the index's only one) holds slot 0.
+    // (PMEH's default zone_threads is the number of cores.)
+    EXPECT_EQ(pmhash_partitions(t) > 1, scheme == "pmeh" && std::thread::hardware_concurrency() > 1)
+        << scheme;
+    EXPECT_LT(pmhash_owner(t, "k", 1), pmhash_partitions(t));
+    EXPECT_EQ(pmhash_partition(t), 0u);
+    EXPECT_EQ(pmhash_partition(nullptr), PMHASH_NO_PARTITION);
     EXPECT_EQ(pmhash_check(t, err, sizeof err), 0) << err;
     EXPECT_EQ(pmhash_remove(t, "k", 1), PMHASH_OK);
     EXPECT_EQ(pmhash_remove(t, "k", 1), PMHASH_NOT_FOUND);

@@ -48,7 +48,8 @@ std::vector<BadParam> bad_params(const std::string& scheme) {
             {"zone_threads", "257", "[1, 256]"},
             {"zone_threads", "18446744073709551616", "[1, 256]"},  // overflows uint64
             {"zone_threads", " 4", "[1, 256]"},
-            {"opportunistic", "sometimes", kBool}};
+            {"opportunistic", "sometimes", kBool},
+            {"concurrency", "helping", "one of opportunistic, partition, locked"}};
   return {};
 }
 

@@ -228,6 +228,87 @@ TEST_P(PmehTest, LocalThreadWritesLockFree) {
   }
 }
 
+// Index::owner / partition (issue 17): a thread that writes only the keys owner() gives
+// its partition() writes lock-free, every one of them; with concurrency=partition a write
+// of another partition's key is refused. Four threads hold slots 0-3 at once, so every key
+// has its owner among them. A wrong owner() (say another zone mapping) makes some owned
+// inserts refused and some foreign ones accepted.
+TEST_P(PmehTest, OwnerIsThePartitionThatWritesTheKeyLockFree) {
+  for (std::string cc : {"partition", "opportunistic"}) {
+    TempPool p;
+    std::unique_ptr<Index> idx;
+    Options o =
+        options({{"zones", "16"}, {"depth", "4"}, {"zone_threads", "4"}, {"concurrency", cc}});
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    ASSERT_EQ(idx->partitions(), 4u);
+    constexpr int kThreads = 4, kKeys = 4000;
+    std::atomic<int> ready{0}, done{0};
+    std::atomic<int> wrong{0}, inserted{0};
+    std::vector<uint32_t> part(kThreads);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t)
+      ts.emplace_back([&, t] {
+        part[t] = idx->partition();  // the first call: this thread's slot
+        ready++;
+        while (ready.load() < kThreads) std::this_thread::yield();
+        for (int i = 0; i < kKeys; ++i) {
+          bool mine = idx->owner(key(i)) == part[t];
+          if (!mine && cc == "opportunistic") continue;  // routed: a foreign write would lock
+          Status s = idx->insert(key(i), value(i));
+          if (mine) {
+            inserted += s.ok();
+            wrong += !s.ok();
+          } else {
+            wrong += s.code() != Code::kInvalidArgument;  // partition-only: refused
+          }
+        }
+        done++;
+        while (done.load() < kThreads) std::this_thread::yield();  // keep the slot
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(std::set<uint32_t>(part.begin(), part.end()), (std::set<uint32_t>{0, 1, 2, 3}));
+    EXPECT_EQ(wrong.load(), 0) << cc;
+    auto cn = counters(*idx);
+    EXPECT_EQ(cn["locked_writes"], 0) << cc;  // every owned write was local
+    EXPECT_EQ(cn["lock_free_writes"], double(inserted.load())) << cc;
+    EXPECT_EQ(idx->size(), uint64_t(kKeys)) << cc;  // each key, by its owner
+  }
+}
+
+// Schemes without partitions: one partition owning every key and every thread.
+TEST(PmehRouting, OtherSchemesHaveOnePartitionAndAClosedIndexNone) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, small_options("turbohash", Format::kFixed), &idx).ok());
+  EXPECT_EQ(idx->partitions(), 1u);
+  EXPECT_EQ(idx->owner(make_key(7, true)), 0u);
+  EXPECT_EQ(idx->partition(), 0u);
+  ASSERT_TRUE(idx->close().ok());
+  EXPECT_EQ(idx->partition(), Index::kNoPartition);
+}
+
+// Fig. 15 (issue 17): a gradual split moves 1/x of a segment's records out, so a segment
+// whose buckets were full could split again at once, and again (a cascade that would leave
+// many children nearly empty). Each split here happens with the segment full: the lowest
+// fill at a split is far above what a cascade leaves (15/16 of the fill at the first split,
+// then 14/16, ...). The sustained low load factor of 16-split is the design's (docs).
+TEST_P(PmehTest, GradualSplitsHappenOnlyWhenTheSegmentIsFull) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path,
+                          options({{"segment_bytes", "8192"},
+                                   {"split", "16"},
+                                   {"zones", "1"},
+                                   {"depth", "0"},
+                                   {"zone_threads", "1"}}),
+                          &idx)
+                  .ok());
+  for (int i = 0; i < 40000; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+  auto cn = counters(*idx);
+  ASSERT_GT(cn["segment_splits"], 100);
+  EXPECT_GT(cn["split_fill_min"], 0.75);
+}
+
 // Skewed writers: every thread writes into one zone (keys filtered by the hash's top bits),
 // so non-local threads switch it to shared and back; readers check they never see a value
 // older than acknowledged.

@@ -73,6 +73,23 @@ class Index {
   Status remove(std::string_view key);                          // kNotFound if absent
   uint64_t size() const;
   Stats stats() const;
+
+  // Routing keys to threads. An index may split its keys into partitions, each owned by one
+  // thread, whose writes to it take no locks (PMEH: its zones, bound to `zone_threads`
+  // threads). A caller that hands each key to the thread owning it (owner(key) ==
+  // partition() on that thread) gets only such writes. The calling thread's partition is its
+  // per-index thread slot: slots are handed out densely (0, 1, ...) on a thread's first
+  // call on this index (this one included) and returned when the thread exits; slot p owns
+  // partition p if p < partitions(), else none (kNoPartition). Any thread may read any key;
+  // writes of another partition's keys take the locked path (PMEH's default) or are refused
+  // with kInvalidArgument (PMEH's concurrency=partition). An index without partitions
+  // answers partitions() == 1, owner() == 0 and partition() == 0 on every thread.
+  // partitions() and owner() take no thread slot (a dispatcher thread may call them) and
+  // answer the same after close(); partition() on a closed index is kNoPartition.
+  static constexpr uint32_t kNoPartition = UINT32_MAX;
+  uint32_t partitions() const;
+  uint32_t owner(std::string_view key) const;  // in [0, partitions())
+  uint32_t partition() const;                  // the calling thread's, or kNoPartition
   // Structural self-check (fsck) of the scheme plus the pool allocator's leak check. It
   // waits for the calls in progress and holds new ones until it ends (they wait, they do
   // not fail), so a for_each callback must not wait for another thread's call on this index

@@ -46,6 +46,13 @@ int pmhash_get(pmhash_index* t, const void* key, size_t key_len, void* buf, size
                size_t* len);
 int pmhash_remove(pmhash_index* t, const void* key, size_t key_len);
 uint64_t pmhash_size(const pmhash_index* t);
+/* Routing keys to threads (Index::partitions/owner/partition in index.hpp): the number of
+ * partitions, the one owning a key, and the calling thread's (PMHASH_NO_PARTITION: none).
+ * An index without partitions answers 1, 0 and 0; a NULL t 1, 0 and PMHASH_NO_PARTITION. */
+#define PMHASH_NO_PARTITION 0xFFFFFFFFu
+uint32_t pmhash_partitions(const pmhash_index* t);
+uint32_t pmhash_owner(const pmhash_index* t, const void* key, size_t key_len);
+uint32_t pmhash_partition(const pmhash_index* t);
 int pmhash_check(pmhash_index* t, char* err, size_t err_len);
 /* Shuts the index down while other threads may still be calling it: their calls in flight
  * finish, later calls return PMHASH_CLOSED; t stays allocated until pmhash_close(). */

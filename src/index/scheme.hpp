@@ -40,6 +40,19 @@ class Scheme {
   virtual uint64_t capacity_slots() const = 0;
   virtual uint64_t dram_bytes() const = 0;
   virtual void counters(std::map<std::string, double>* out) const { (void)out; }
+  // Partitioned writes (Index::partitions/owner/partition): schemes without partitions have
+  // one, which owns every key and every thread.
+  static constexpr uint32_t kNoPartition = UINT32_MAX;
+  virtual uint32_t partitions() const { return 1; }
+  virtual uint32_t owner(std::string_view key) const {
+    (void)key;
+    return 0;
+  }
+  // The partition the thread with per-index id tid owns, or kNoPartition.
+  virtual uint32_t partition_of_thread(unsigned tid) const {
+    (void)tid;
+    return 0;
+  }
   // Structural self-check; appends one line per problem to *report.
   virtual bool check(std::string* report) const = 0;
   // Every pool block the index references (root, tables, out-of-line items).

@@ -48,6 +48,9 @@ const char* kUsage = R"(usage: pmhash-bench [options]
   --delay-ns N          injected PM write delay per flushed line
   --capacity-hint N     --repeat R (median of R runs)   --seed N   --no-recovery  --no-pin
   --sequential-keys     keys are 0, 1, 2, ... (default: a bijective scramble of them)
+  --routed[=help]       PMEH Fig. 14: the load, read, negread and update ops are drawn first
+                        and each handed to the worker owning its key's partition
+                        (Index::owner); =help: idle workers take others' ops
   --json FILE  --csv FILE
 )";
 
@@ -455,16 +458,21 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         zones_for(c);
         v.push_back(c);
       }
-    // Fig. 14 (writes): skewed updates at 2 threads, opportunistic lock-free on and off.
+    // Fig. 14 as the paper sets it up: searches (and updates) over zipfian skew, 2 threads,
+    // keys routed to the thread owning their zone (--routed): the opportunistic scheme
+    // (idle threads help: routed=help) vs partition-only (no helping: each thread serves its
+    // own zones, concurrency=partition refuses the rest), plus always-lock (helping, every
+    // write locked). The ids are drawn from the distribution and handed to their owners.
     for (std::string th : {"0.6", "0.8", "0.99", "1.22"})
-      for (std::string opp : {"on", "off"}) {
-        RunConfig c = pm("opportunistic=" + opp);
+      for (std::string cc : {"opportunistic", "partition", "locked"}) {
+        RunConfig c = pm("fig14 " + cc);
         DistSpec::parse("zipfian:" + th, &c.dist);
         c.threads = 2;
         c.keys = n(2'000'000);
         c.ops = n(4'000'000);
-        c.params = {{"opportunistic", opp}};
-        c.workloads = {"update"};
+        c.params = {{"concurrency", cc}};
+        c.routed = cc == "partition" ? RunConfig::Routing::kOwn : RunConfig::Routing::kHelp;
+        c.workloads = {"read", "update"};
         zones_for(c);
         v.push_back(c);
       }
@@ -579,6 +587,10 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       base.seed = std::stoull(next());
     else if (a == "--no-recovery")
       base.recovery = false;
+    else if (a == "--routed")
+      base.routed = RunConfig::Routing::kOwn;
+    else if (a == "--routed=help")
+      base.routed = RunConfig::Routing::kHelp;
     else if (a == "--sweep-deletes")
       base.sweep_deletes = true;
     else if (a == "--limit")

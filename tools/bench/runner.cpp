@@ -188,6 +188,28 @@ double percentile(std::vector<uint32_t>& v, double p) {  // v not empty
   return v[i];
 }
 
+// --routed: each partition's queue of operation ids (in draw order) and its cursor.
+struct Routes {
+  std::vector<std::vector<uint64_t>> q;
+  std::unique_ptr<std::atomic<uint64_t>[]> next;
+  bool help = false;
+  // The next id for a worker of partition `own`: its queue first, then (help) the others'.
+  bool take(uint32_t own, uint64_t* id) {
+    size_t n = q.size();
+    for (size_t k = 0; k < n; ++k) {
+      size_t p = own < n ? (own + k) % n : k;
+      if (p != own && !help) return false;
+      if (next[p].load(std::memory_order_relaxed) >= q[p].size()) continue;
+      uint64_t i = next[p].fetch_add(1, std::memory_order_relaxed);
+      if (i < q[p].size()) {
+        *id = q[p][i];
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
 class Runner {
  public:
   Runner(const RunConfig& c, std::vector<Row>* rows)
@@ -211,6 +233,11 @@ class Runner {
   void churn();
   void reload();
   bool recovery(std::string* error);
+  bool routed() const { return c_.routed != RunConfig::Routing::kNone && index_ != nullptr; }
+  // Hands ids[0..n) (n ids from id_at) to the queues of their keys' owners (--routed).
+  template <class IdAt>
+  void route(uint64_t n, IdAt id_at);
+  Stats index_stats() const;
 
   bool reference() const { return c_.variant == "dram" || c_.variant == "cuckoo"; }
   uint64_t pool_bytes() const;
@@ -229,7 +256,34 @@ class Runner {
   const DistSpec* phase_dist_ = nullptr;  // a workload's own distribution (YCSB-D: latest)
   double ns_per_miss_ = 0;                // the limit row's, when measured
   uint64_t page_bytes_ = 0;               // the pool mapping's page size
+  std::unique_ptr<Routes> routes_;        // the phase about to run is routed
+  std::string route_error_;               // a routed phase found a partition without a worker
 };
+
+// On a short-lived thread: the bench's main thread takes no per-index thread slot, so the
+// T workers of a phase get slots 0..T-1 and, with PMEH's zone_threads = T, own a partition
+// each (slots are handed out on a thread's first call and returned when it exits).
+Stats Runner::index_stats() const {
+  Stats s;
+  std::thread([&] { s = index_->stats(); }).join();
+  return s;
+}
+
+template <class IdAt>
+void Runner::route(uint64_t n, IdAt id_at) {
+  routes_ = std::make_unique<Routes>();
+  uint32_t parts = index_->partitions();  // owner() and partitions() take no thread slot
+  routes_->q.resize(parts);
+  routes_->next.reset(new std::atomic<uint64_t>[parts]);
+  for (uint32_t p = 0; p < parts; ++p) routes_->next[p] = 0;
+  routes_->help = c_.routed == RunConfig::Routing::kHelp;
+  std::string k;
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t id = id_at(i);
+    ks_.key(id, &k);
+    routes_->q[index_->owner(k)].push_back(id);
+  }
+}
 
 Row Runner::base_row(const std::string& workload) const {
   Row r;
@@ -247,14 +301,15 @@ Row Runner::base_row(const std::string& workload) const {
   r.values["key_size"] = double(ks_.key_size());
   r.values["value_size"] = double(ks_.value_size());
   r.values["delay_ns"] = c_.delay_ns;
-  if (index_) r.tags["mode"] = mode_name(index_->stats().mode);
+  if (index_) r.tags["mode"] = mode_name(index_stats().mode);
+  if (routed()) r.tags["routed"] = c_.routed == RunConfig::Routing::kHelp ? "help" : "own";
   if (page_bytes_) r.values["page_bytes"] = double(page_bytes_);
   return r;
 }
 
 void Runner::add_index_state(Row& r) {
   if (!index_) return;
-  Stats s = index_->stats();
+  Stats s = index_stats();
   r.values["size"] = double(s.size);
   r.values["load_factor"] = s.load_factor;
   // A scheme whose paper counts capacity differently reports its capacity that way (TurboHash:
@@ -282,7 +337,11 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
   std::atomic<int> ready{0};
   std::atomic<bool> start{false};
   std::vector<std::thread> ts;
-  if (index_) counters_before_ = index_->stats().counters;
+  if (index_) counters_before_ = index_stats().counters;
+  // Routed (routes_ set by route()): a worker's ops are the ids of its partition's queue
+  // (and, helping, of the others'), passed to op as its `i`.
+  std::unique_ptr<Routes> routes = std::move(routes_);
+  std::vector<uint32_t> parts(T, Index::kNoPartition);
   for (int t = 0; t < T; ++t) {
     ts.emplace_back([&, t] {
       if (c_.pin) pin_thread(t);
@@ -290,17 +349,21 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
       std::mt19937_64 rng(c_.seed * 1000 + t * 7 + std::hash<std::string>{}(name));
       KeyChooser chooser(phase_dist_ ? *phase_dist_ : c_.dist, std::max<uint64_t>(1, c_.keys),
                          rng());
-      uint64_t n = total / T + (uint64_t(t) < total % T ? 1 : 0);
+      uint64_t share = total / T + (uint64_t(t) < total % T ? 1 : 0);
+      uint64_t n = routes ? UINT64_MAX : share;
+      if (routes) parts[t] = index_->partition();  // takes this thread's slot
       ThreadOut& o = outs[t];
-      o.lat_ns.reserve(n / 16 + 1);
+      o.lat_ns.reserve(share / 16 + 1);
       ready++;
       while (!start.load()) std::this_thread::yield();
       PersistCounters p0 = thread_persist_counters();
       for (uint64_t i = 0; i < n; ++i) {
+        uint64_t id = i;
+        if (routes && !routes->take(parts[t], &id)) break;
         bool sample = (i & 15) == 0;
         Clock::time_point t0;
         if (sample) t0 = Clock::now();
-        bool ok = op(t, i, rng, chooser, k, v, out);
+        bool ok = op(t, id, rng, chooser, k, v, out);
         if (sample)
           o.lat_ns.push_back(static_cast<uint32_t>(std::min<int64_t>(
               UINT32_MAX,
@@ -314,6 +377,12 @@ void Runner::phase(const std::string& name, uint64_t total, Op op, bool expect_a
     });
   }
   while (ready.load() < T) std::this_thread::yield();
+  if (routes && !routes->help)
+    for (uint32_t p = 0; p < routes->q.size(); ++p)
+      if (!routes->q[p].empty() && std::find(parts.begin(), parts.end(), p) == parts.end())
+        route_error_ = "--routed: no worker thread owns partition " + std::to_string(p) + " of " +
+                       std::to_string(routes->q.size()) + " in phase " + name +
+                       " (give the index as many partitions as threads, e.g. PMEH zone_threads)";
   auto t0 = Clock::now();
   start = true;
   std::thread bar;
@@ -395,26 +464,36 @@ bool Runner::run_workload(const std::string& w) {
     ks.value(id, 0, &v);
     return tg.insert(k, v) == Code::kOk;
   };
+  // Routed: the ids are drawn here, by one chooser, and handed to their owners' queues; the
+  // op gets its id as `i`.
+  bool r = routed();
+  auto draw_routes = [&](uint64_t base) {
+    if (!r) return;
+    KeyChooser one(c_.dist, N, c_.seed * 1000 + std::hash<std::string>{}(w));
+    route(c_.ops, [&](uint64_t) { return base + one.next(N); });
+  };
   if (w == "read") {
+    draw_routes(0);
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
-          return read(ch.next(N), k, o);
-        },
+        [&, r](int, uint64_t i, auto&, KeyChooser& ch, std::string& k, std::string&,
+               std::string& o) { return read(r ? i : ch.next(N), k, o); },
         true, false);
   } else if (w == "negread") {
+    draw_routes(kAbsent);
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string&, std::string& o) {
-          return read(kAbsent + ch.next(N), k, o);  // the distribution over the absent ids
+        [&, r](int, uint64_t i, auto&, KeyChooser& ch, std::string& k, std::string&,
+               std::string& o) {
+          return read(r ? i : kAbsent + ch.next(N), k, o);  // the distribution over absent ids
         },
         false, true);
   } else if (w == "update") {
+    draw_routes(0);
     phase(
         w, c_.ops,
-        [&](int, uint64_t, auto&, KeyChooser& ch, std::string& k, std::string& v, std::string&) {
-          return update(ch.next(N), k, v);
-        },
+        [&, r](int, uint64_t i, auto&, KeyChooser& ch, std::string& k, std::string& v,
+               std::string&) { return update(r ? i : ch.next(N), k, v); },
         true, false);
   } else if (w == "insert") {  // new ids N0 .. N0+ops-1, in the distribution's order
     uint64_t n0 = next.load();
@@ -711,6 +790,18 @@ bool Runner::go(std::string* error) {
   if (c_.keys > 0) ws.insert(ws.begin(), "load");
   for (auto& w : ws)
     if (w != "ycsb-d" && !honours(w, c_.dist, error)) return false;
+  if (c_.routed != RunConfig::Routing::kNone) {
+    if (reference()) {
+      *error = "--routed routes keys with Index::owner: it needs a pmhash index, not " + c_.variant;
+      return false;
+    }
+    for (auto& w : ws)
+      if (w != "load" && w != "read" && w != "negread" && w != "update") {
+        *error = "--routed applies to the load and the read, negread and update workloads, not '" +
+                 w + "'";
+        return false;
+      }
+  }
   if (c_.limit && !measure_limit(error)) return false;
   if (c_.variant == "dram") {
     target_ = std::make_unique<DramTarget>();
@@ -748,24 +839,32 @@ bool Runner::go(std::string* error) {
     int T = c_.threads;
     next_id_ = N;
     IdOrder order(c_.dist, N, c_.seed * 31 + 1);
+    bool r = routed();  // then `i` is the id (each id once, queued in the same order)
+    if (r) route(N, [&](uint64_t pos) { return order.at(pos); });
     phase(
         "load", N,
-        [&, T, N](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v,
-                  std::string&) {
+        [&, T, N, r](int t, uint64_t i, auto&, KeyChooser&, std::string& k, std::string& v,
+                     std::string&) {
           uint64_t pos = i * T + t;
-          if (pos >= N) return false;
-          uint64_t id = order.at(pos);
+          if (!r && pos >= N) return false;
+          uint64_t id = r ? i : order.at(pos);
           ks_.key(id, &k);
           ks_.value(id, 0, &v);
           return target_->insert(k, v) == Code::kOk;
         },
         true, false);
   }
-  for (auto& w : c_.workloads)
+  for (auto& w : c_.workloads) {
+    if (!route_error_.empty()) break;
     if (!run_workload(w)) {
       *error = "unknown workload '" + w + "'";
       return false;
     }
+  }
+  if (!route_error_.empty()) {
+    *error = route_error_;
+    return false;
+  }
   bool ok = true;
   if (index_ && c_.recovery && c_.variant == "pm") ok = recovery(error);
   index_.reset();

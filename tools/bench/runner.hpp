@@ -43,6 +43,14 @@ struct RunConfig {
   bool sweep_deletes = false;
   // Measure the limit (limit.hpp) first: a "limit" row, and every row gets miss_equiv.
   bool limit = false;
+  // --routed (PMEH Fig. 14): the load and the read, negread and update phases hand each
+  // operation to the worker thread whose partition owns its key (Index::owner; the ids are
+  // drawn first from the run's distribution by one generator, so together the workers issue
+  // exactly that sequence). kOwn: a worker issues only its partition's keys (a partition
+  // without a worker fails the run); kHelp: a worker whose queue is empty takes operations
+  // from the others' queues (the paper's idle threads helping busy zones).
+  enum class Routing { kNone, kOwn, kHelp };
+  Routing routed = Routing::kNone;
   bool pin = true;
   bool progress = true;
   uint64_t seed = 1;

@@ -30,7 +30,8 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
       gen_(root_->open_gen),
       rt_(runtime_config<Runtime, &parse_runtime>(ctx)),
       zone_threads_(static_cast<unsigned>(rt_.zone_threads)),
-      opportunistic_(rt_.opportunistic),
+      opportunistic_(rt_.concurrency != Concurrency::kLocked),
+      partition_only_(rt_.concurrency == Concurrency::kPartition),
       zones_(1u << zone_bits_, opportunistic_),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
   latest_.store(root_->latest_dir);
@@ -43,8 +44,19 @@ Status Pmeh::parse_runtime(const common::Params& params, Runtime* out) {
   Status s =
       params.get_u64("pmeh", "zone_threads", std::max(1u, std::thread::hardware_concurrency()), 1,
                      pm::ThreadRegistry::kMaxThreads, &out->zone_threads);
-  if (s.ok()) s = params.get_bool("pmeh", "opportunistic", true, &out->opportunistic);
-  return s;
+  bool opp = true;
+  if (s.ok()) s = params.get_bool("pmeh", "opportunistic", true, &opp);
+  std::string c = opp ? "opportunistic" : "locked";
+  if (s.ok() && params.has("concurrency"))
+    s = params.get_enum("pmeh", "concurrency", {"opportunistic", "partition", "locked"}, &c);
+  if (!s.ok()) return s;
+  if (!opp && c != "locked")  // the old spelling of locked, contradicted
+    return {Code::kInvalidArgument,
+            "pmeh: parameter concurrency='" + c + "' contradicts opportunistic=off (locked)"};
+  out->concurrency = c == "partition" ? Concurrency::kPartition
+                     : c == "locked"  ? Concurrency::kLocked
+                                      : Concurrency::kOpportunistic;
+  return Status::Ok();
 }
 
 Status Pmeh::layout(const Options& o, common::Params* layout) {
@@ -176,6 +188,13 @@ Status Pmeh::get(std::string_view key, std::string* value) {
   }
 }
 
+// Partition-only (concurrency=partition): only the zone's own thread writes it.
+Status Pmeh::refuse_foreign(uint32_t z) const {
+  return {Code::kInvalidArgument, "pmeh: concurrency=partition: the key belongs to partition " +
+                                      std::to_string(z % zone_threads_) +
+                                      ", not this thread's (route it with Index::owner)"};
+}
+
 // Algorithm 7 (with Algorithms 4 and 6): the zone decides lock-free or locked; a missing
 // entry in the latest directory is filled for the zone first (Algorithm 3); a full segment
 // splits out one more segment, or the directory expands, and the insert retries.
@@ -183,6 +202,7 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
   uint32_t z = zone_of(k.h);
   bool local = is_local(z);
+  if (partition_only_ && !local) return refuse_foreign(z);
   ThreadStats& ts = tstats_[threads_.id()];
   for (int empty = 0;;) {
     ZoneMode zm = enter(z, local);
@@ -259,6 +279,7 @@ Status Pmeh::remove(std::string_view key) {
   Hashed k = hashed(key);
   uint32_t z = zone_of(k.h);
   bool local = is_local(z);
+  if (partition_only_ && !local) return refuse_foreign(z);
   ThreadStats& ts = tstats_[threads_.id()];
   for (int empty = 0;;) {
     ZoneMode zm = enter(z, local);
@@ -364,6 +385,7 @@ void Pmeh::counters(std::map<std::string, double>* out) const {
   }
   (*out)["segment_splits"] = double(splits_.load());
   (*out)["records_moved"] = double(moved_.load());
+  (*out)["split_fill_min"] = splits_.load() ? double(split_fill_min_.load()) / 1000.0 : 0.0;
   (*out)["dir_expansions"] = double(expansions_.load());
   (*out)["displacements"] = double(displaced_.load());
   (*out)["stashed"] = double(stashed_.load());

@@ -31,9 +31,15 @@ class Pmeh final : public Scheme {
   Pmeh(SchemeContext& ctx, uint64_t root_off);
   ~Pmeh() override;
   static Status layout(const Options& o, common::Params* layout);
+  // `concurrency` (§III-D, Fig. 14): opportunistic (the paper's scheme: a zone's own thread
+  // writes lock-free, other threads help under locks), partition (partition-only, the
+  // paper's Fig. 14 baseline: a write from a thread that does not own the key's zone is
+  // refused, so no thread helps another), locked (every write takes bucket locks; the old
+  // `opportunistic=off`).
+  enum class Concurrency { kOpportunistic, kPartition, kLocked };
   struct Runtime {
     uint64_t zone_threads = 1;  // `zone_threads`: threads bound to zones (default: cores)
-    bool opportunistic = true;  // `opportunistic`: lock-free local writes (off: the baseline)
+    Concurrency concurrency = Concurrency::kOpportunistic;
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
@@ -43,6 +49,13 @@ class Pmeh final : public Scheme {
   Status get(std::string_view key, std::string* value) override;
   Status remove(std::string_view key) override;
   uint64_t size() const override;
+  uint32_t partitions() const override { return zone_threads_; }
+  uint32_t owner(std::string_view key) const override {
+    return zone_of(common::Items::hash(key)) % zone_threads_;
+  }
+  uint32_t partition_of_thread(unsigned tid) const override {
+    return tid < zone_threads_ ? tid : kNoPartition;
+  }
   uint64_t capacity_slots() const override;
   uint64_t dram_bytes() const override;
   void counters(std::map<std::string, double>* out) const override;
@@ -97,6 +110,7 @@ class Pmeh final : public Scheme {
   ZoneMode enter(uint32_t z, bool local) { return zones_.enter(z, local); }
   void exit(uint32_t z, ZoneMode m) { zones_.exit(z, m); }
   bool is_local(uint32_t z) const;
+  Status refuse_foreign(uint32_t z) const;
 
   // Buckets (Dash: balanced insert, displacement, stash).
   void ensure_recovered(SegmentHeader* s);
@@ -131,6 +145,7 @@ class Pmeh final : public Scheme {
   bool build_child(SegmentHeader* s, uint64_t meta, uint32_t child, SegmentHeader* n,
                    uint64_t* moved);
   void persist_child(SegmentHeader* n);
+  void note_split_fill(const Bucket* bs, uint64_t total);
   bool place_moved(Bucket* nb, const common::Slot& sl, uint64_t h);
   void publish_split(uint32_t z, uint64_t k, uint64_t seg_off, const pm::Reservation& r,
                      uint32_t child, uint64_t meta);
@@ -152,13 +167,16 @@ class Pmeh final : public Scheme {
   uint64_t gen_;
   Runtime rt_;
   unsigned zone_threads_;
-  bool opportunistic_;
+  bool opportunistic_;  // zones have lock-free owners (concurrency opportunistic or partition)
+  bool partition_only_;
   std::atomic<uint64_t> latest_{0};
   Zones zones_;
   std::mutex dir_mu_;
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> splits_{0}, moved_{0}, expansions_{0}, displaced_{0}, stashed_{0};
-  std::atomic<uint64_t> forced_fills_{0};  // expansions that found the directory array full
+  std::atomic<uint64_t> forced_fills_{0};
+  std::atomic<uint64_t> split_fill_min_{1000};  // per mille; 1000 until the first split  //
+                                                // expansions that found the directory array full
 };
 
 }  // namespace pmhash::pmeh

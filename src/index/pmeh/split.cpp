@@ -59,6 +59,7 @@ Status Pmeh::split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z,
       for (uint64_t i = total; i-- > 0;) unlock_bucket(bs[i]);
   };
   uint64_t meta = load_word(s->meta);
+  note_split_fill(bs, total);
   pm::Reservation r = alloc_.reserve(seg_bytes_);
   if (!r) {
     unlock_all();
@@ -77,6 +78,19 @@ Status Pmeh::split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z,
   splits_.fetch_add(1, std::memory_order_relaxed);
   moved_.fetch_add(moved, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+// The fullest a segment was when it split, in per mille of its slots, kept as the lowest over
+// the run (counter split_fill_min): a gradual split moves 1/x of the records out, so a
+// segment that split again right away (buckets still full) would show here (Fig. 15).
+void Pmeh::note_split_fill(const Bucket* bs, uint64_t total) {
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < total; ++i) n += std::popcount(word::alloc(load_word(bs[i].word0)));
+  uint64_t permille = n * 1000 / (total * kBucketSlots);
+  uint64_t cur = split_fill_min_.load(std::memory_order_relaxed);
+  while (permille < cur &&
+         !split_fill_min_.compare_exchange_weak(cur, permille, std::memory_order_relaxed)) {
+  }
 }
 
 // The new segment n for child `child` of s (metadata meta): the child's records placed as
