@@ -45,7 +45,6 @@ Hdnh::Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg)
       m_(root_->segment_buckets),
       cfg_(cfg),
       stripes_(new std::atomic<uint32_t>[kStripes]()),
-      bucket_locks_(new std::atomic<uint32_t>[kStripes]()),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
       partners_(new std::unique_ptr<Partner>[pm::ThreadRegistry::kMaxThreads]) {
   auto t0 = std::chrono::steady_clock::now();
@@ -139,10 +138,10 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
     if (found) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
       common::Items::New item;
-      Status s = items_.make(key, value, k.kw, &item);
+      Status s = items_.write(key, value, k.kw, &item);  // log-free: swept if a crash strands it
       if (!s.ok()) return s;
       if (!lock_slot(&loc)) {
-        items_.cancel(item);
+        items_.discard(item);
         continue;
       }
       HotJob hj;
@@ -154,11 +153,12 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
         Slot& ns = b.slots[nl.slot];
         store_word(ns.key, item.key_word);
         store_word(ns.value, item.value_word);
-        p.persist(&ns, sizeof ns);
-        commit_bitmap(b, bit(nl.slot), bit(loc.slot), items_.variable() ? &item.item : nullptr,
-                      items_.owned_block(vw));
-      } else {  // a full bucket: the value word in place (variable: a new item, one commit)
-        items_.replace_value(b.slots[loc.slot].value, item);
+        p.persist(&ns, sizeof ns);  // the fence also orders the item and its allocation bit
+        commit_bitmap(b, bit(nl.slot), bit(loc.slot));
+        items_.retire(vw);  // unreachable in PM now (variable: allocation bit cleared)
+      } else {  // a full bucket: the value word in place (variable: a new item swapped in)
+        items_.swap_value(b.slots[loc.slot].value, item);
+        ts.in_place_updates.fetch_add(1, std::memory_order_relaxed);
       }
       // Committed. The hot copy is published before the OCF releases the old slot: until
       // then a reader that misses the hot table waits for that slot, so no reader sees the
@@ -182,7 +182,7 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
       continue;
     }
     common::Items::New item;
-    Status s = items_.make(key, value, k.kw, &item);
+    Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) {
       unlock_slot(nl, false, 0);
       return s;
@@ -193,8 +193,8 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
     Slot& ns = b.slots[nl.slot];
     store_word(ns.key, item.key_word);
     store_word(ns.value, item.value_word);
-    p.persist(&ns, sizeof ns);
-    commit_bitmap(b, bit(nl.slot), 0, items_.variable() ? &item.item : nullptr, 0);
+    p.persist(&ns, sizeof ns);  // the fence also orders the item and its allocation bit
+    commit_bitmap(b, bit(nl.slot), 0);
     // Committed. The OCF shows the record before the hot table does: a reader that finds
     // the hot copy and a later one that misses it (evicted) both find the key.
     unlock_slot(nl, true, k.fp);
@@ -204,7 +204,9 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
   }
 }
 
-// Delete: the bitmap bit goes to 0 (one persisted store); the hot-table copy is dropped.
+// Delete: the bitmap bit goes to 0 (one persisted store); the hot-table copy is dropped. The
+// variable format's item is then unmarked (no flush: a crash before the bit reaches PM leaves
+// it allocated and unreachable, and the recovery sweep frees it).
 Status Hdnh::remove(std::string_view key) {
   Hashed k = hashed(key);
   unsigned tid = threads_.id();
@@ -225,8 +227,8 @@ Status Hdnh::remove(std::string_view key) {
     // them waits for the locked slot. They are gone before the OCF shows the delete.
     HotJob hj;
     hot_begin(&hj, kHotRemove, *set, k, key, {});
-    commit_bitmap(loc.level->buckets[loc.bucket], 0, bit(loc.slot), nullptr,
-                  items_.owned_block(vw));
+    commit_bitmap(loc.level->buckets[loc.bucket], 0, bit(loc.slot));
+    items_.retire(vw);  // unreachable in PM now (variable: allocation bit cleared)
     hot_finish(&hj);
     unlock_slot(loc, false, 0);
     ts.items.fetch_sub(1, std::memory_order_relaxed);
@@ -256,7 +258,7 @@ uint64_t Hdnh::capacity_slots() const {
 uint64_t Hdnh::dram_bytes() const {
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
-  uint64_t n = 2 * kStripes * sizeof(std::atomic<uint32_t>);
+  uint64_t n = kStripes * sizeof(std::atomic<uint32_t>);
   uint64_t per_hot = 2 + 8 + 8 + (cfg_.replacement == Replacement::kLru ? 8 : 0);
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];
@@ -278,7 +280,7 @@ uint64_t Hdnh::dram_bytes() const {
 }
 
 void Hdnh::counters(std::map<std::string, double>* out) const {
-  uint64_t pos = 0, neg = 0, pms_pos = 0, pms_neg = 0, hits = 0, retries = 0;
+  uint64_t pos = 0, neg = 0, pms_pos = 0, pms_neg = 0, hits = 0, retries = 0, in_place = 0;
   for (unsigned t = 0; t < pm::ThreadRegistry::kMaxThreads; ++t) {
     const ThreadStats& s = tstats_[t];
     pos += s.pos_reads.load();
@@ -287,6 +289,7 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
     pms_neg += s.pm_slots_neg.load();
     hits += s.hot_hits.load();
     retries += s.retries.load();
+    in_place += s.in_place_updates.load();
   }
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
@@ -310,6 +313,7 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
   (*out)["pm_slots_per_neg_read"] = neg ? double(pms_neg) / double(neg) : 0.0;
   (*out)["pm_slots_per_pos_read_miss"] = pos > hits ? double(pms_pos) / double(pos - hits) : 0.0;
   (*out)["read_retries"] = double(retries);
+  (*out)["in_place_updates"] = double(in_place);  // a full bucket: the value word replaced
   (*out)["recovery_ms"] = recovery_ms_;
   (*out)["recovery_hot_ms"] = recovery_hot_ms_;
   (*out)["recovery_ocf_ms"] = recovery_ms_ - recovery_hot_ms_;

@@ -107,7 +107,7 @@ class Hdnh final : public Scheme {
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> pos_reads{0}, neg_reads{0}, pm_slots_pos{0}, pm_slots_neg{0};
-    std::atomic<uint64_t> hot_hits{0}, retries{0};
+    std::atomic<uint64_t> hot_hits{0}, retries{0}, in_place_updates{0};
     std::atomic<int64_t> items{0};
   };
   struct Partner;  // the background thread of the synchronous write mechanism (§3.4)
@@ -160,10 +160,8 @@ class Hdnh final : public Scheme {
   bool claim_in(Level& l, uint64_t bucket, Loc* loc);
   bool lock_slot(Loc* loc);  // opmap on a valid slot, if it still holds what was seen
   void unlock_slot(const Loc& loc, bool is_valid, uint8_t fp);
-  // Changes a PM bitmap failure-atomically (fixed: one atomic RMW; variable: with the
-  // allocation and free in one commit).
-  void commit_bitmap(Bucket& b, uint64_t set, uint64_t clear, const pm::Reservation* publish,
-                     uint64_t free_off);
+  // Changes a PM bitmap failure-atomically: one atomic RMW, persisted.
+  void commit_bitmap(Bucket& b, uint64_t set, uint64_t clear);
 
   // Hot table (§3.3).
   bool hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value);
@@ -217,8 +215,7 @@ class Hdnh final : public Scheme {
   std::atomic<uint64_t> resize_seq_{0};  // odd while the level set has three levels
   mutable std::shared_mutex resize_mu_;  // writers shared, the resizer exclusive
   static constexpr uint64_t kStripes = 4096;
-  std::unique_ptr<std::atomic<uint32_t>[]> stripes_;       // writers of one key (see docs)
-  std::unique_ptr<std::atomic<uint32_t>[]> bucket_locks_;  // variable format: bitmap commits
+  std::unique_ptr<std::atomic<uint32_t>[]> stripes_;  // writers of one key (see docs)
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> clock_{0};  // LRU stamps
   std::atomic<uint64_t> resizes_{0}, rehashed_{0}, hot_evictions_{0};

@@ -127,30 +127,17 @@ Hdnh::Candidates Hdnh::candidates(const Level& l, const Hashed& k) const {
   return c;
 }
 
-void Hdnh::commit_bitmap(Bucket& b, uint64_t set, uint64_t clear, const pm::Reservation* publish,
-                         uint64_t free_off) {
-  const pm::Persister& p = pool_.persister();
-  if (!items_.variable()) {
-    // Slot writers of one bucket change disjoint bits: an atomic RMW, persisted.
-    std::atomic_ref<uint64_t> w(b.bitmap);
-    if (set != 0 && clear != 0)
-      w.fetch_xor(set | clear);  // update: old and new bits flip in one store (§3.6)
-    else if (set != 0)
-      w.fetch_or(set);
-    else
-      w.fetch_and(~clear);
-    p.persist(&b.bitmap, 8);
-    return;
-  }
-  // The variable format commits the bitmap with the item's allocation or free in one redo
-  // log; the log applies a plain store, so writers of one bucket serialize here.
-  std::atomic<uint32_t>& bl = bucket_locks_[(pool_.offset(&b) / sizeof(Bucket)) & (kStripes - 1)];
-  StripeLock g(bl);
-  pm::Tx tx(alloc_);
-  if (publish != nullptr) tx.publish(*publish);
-  tx.store(&b.bitmap, (load_word(b.bitmap) | set) & ~clear);
-  if (free_off != 0) tx.free(free_off);
-  tx.commit();
+// Slot writers of one bucket change disjoint bits: one atomic RMW, persisted (both formats:
+// a variable item's allocation is not logged, see Hdnh::open's sweep).
+void Hdnh::commit_bitmap(Bucket& b, uint64_t set, uint64_t clear) {
+  std::atomic_ref<uint64_t> w(b.bitmap);
+  if (set != 0 && clear != 0)
+    w.fetch_xor(set | clear);  // update: old and new bits flip in one store (§3.6)
+  else if (set != 0)
+    w.fetch_or(set);
+  else
+    w.fetch_and(~clear);
+  pool_.persister().persist(&b.bitmap, 8);
 }
 
 }  // namespace pmhash::hdnh

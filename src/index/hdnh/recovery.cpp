@@ -16,7 +16,7 @@ using common::store_word;
 using namespace detail;
 
 Status Hdnh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
-  (void)clean;  // §3.7: both cases rebuild the DRAM structures; a crash may add resize work
+  // §3.7: both cases rebuild the DRAM structures; a crash may add resize work, and a sweep.
   Config cfg;
   Status s = parse_config(ctx.runtime, &cfg);
   if (!s.ok()) return s;
@@ -36,6 +36,10 @@ Status Hdnh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) 
         r.rehash_progress > r.bottom.segments * m)))
     return {Code::kCorrupted, "hdnh: levels missing or damaged"};
   auto h = std::make_unique<Hdnh>(ctx, ctx.pool.root(), cfg);
+  // Variable items are allocated and freed without a log (pm::Allocator::mark/unmark): after
+  // a crash, the items no live slot references (written but not published, or unpublished
+  // but not yet unmarked) are freed before any operation (docs/crash-testing.md).
+  if (!clean && ctx.items.variable()) sweep_after_crash(ctx, *h);
   if (r.resizing_flag) {
     // §3.7: an interrupted resize is finished first (level_number 2: attach the new level
     // again; 3: continue rehashing at the recorded bucket).
