@@ -67,12 +67,8 @@ Hdnh::~Hdnh() {
   epochs_.drain();
   LevelSet* set = levels_.load();
   for (int i = 0; i < set->n; ++i) {
-    Level* l = set->lv[i];
-    if (items_.variable() && l->hot_meta)
-      for (uint64_t j = 0; j < l->nbuckets * uint64_t(cfg_.hot_slots); ++j)
-        if (l->hot_meta[j].load() & hot::kValid)
-          delete reinterpret_cast<HotItem*>(l->hot_value[j].load());
-    delete l;
+    hot_free_level(*set->lv[i]);
+    delete set->lv[i];
   }
   delete set;
 }
@@ -259,22 +255,21 @@ uint64_t Hdnh::dram_bytes() const {
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   uint64_t n = kStripes * sizeof(std::atomic<uint32_t>);
-  uint64_t per_hot = 2 + 8 + 8 + (cfg_.replacement == Replacement::kLru ? 8 : 0);
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];
-    n += l.nbuckets * kSlots * 2;
-    if (l.hot_meta) n += l.nbuckets * cfg_.hot_slots * per_hot;
-  }
-  if (items_.variable()) {  // the hot items' DRAM copies
-    for (int i = 0; i < set->n; ++i) {
-      const Level& l = *set->lv[i];
-      if (!l.hot_meta) continue;
-      for (uint64_t j = 0; j < l.nbuckets * cfg_.hot_slots; ++j)
-        if (l.hot_meta[j].load() & hot::kValid) {
-          auto* hi = reinterpret_cast<const HotItem*>(l.hot_value[j].load());
-          n += sizeof(HotItem) + hi->key.capacity() + hi->value.capacity();
-        }
-    }
+    n += l.nbuckets * kSlots * 2;  // OCF
+    if (!l.hot) continue;
+    n += l.hot.bytes;  // the hot buckets (hot_table.hpp)
+    if (l.hot_stamp) n += l.nbuckets * cfg_.hot_slots * 8;
+    if (!items_.variable()) continue;
+    for (uint64_t b = 0; b < l.nbuckets; ++b)  // hot items too long to be inline
+      for (int e = 0; e < cfg_.hot_slots; ++e) {
+        if (!(l.hot.meta(b, e).load() & hot::kValid)) continue;
+        hot::Payload p = hot_load(l.hot, b, e);
+        if (p.is_inline()) continue;
+        auto* hi = reinterpret_cast<const HotItem*>(p.w[0]);
+        n += sizeof(HotItem) + hi->key.capacity() + hi->value.capacity();
+      }
   }
   return n;
 }
@@ -296,10 +291,11 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
   uint64_t hot_used = 0, hot_cap = 0;
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];
-    if (!l.hot_meta) continue;
+    if (!l.hot) continue;
     hot_cap += l.nbuckets * cfg_.hot_slots;
-    for (uint64_t j = 0; j < l.nbuckets * cfg_.hot_slots; ++j)
-      hot_used += (l.hot_meta[j].load(std::memory_order_relaxed) & hot::kValid) != 0;
+    for (uint64_t b = 0; b < l.nbuckets; ++b)
+      for (int e = 0; e < cfg_.hot_slots; ++e)
+        hot_used += (l.hot.meta(b, e).load(std::memory_order_relaxed) & hot::kValid) != 0;
   }
   (*out)["level_resizes"] = double(resizes_.load());
   (*out)["rehashed_records"] = double(rehashed_.load());
@@ -366,30 +362,29 @@ bool Hdnh::check(std::string* report) const {
   // Every hot-table copy equals the non-volatile table's value.
   for (int i = 0; i < set->n && ok; ++i) {
     const Level& l = *set->lv[i];
-    if (!l.hot_meta) continue;
-    for (uint64_t j = 0; j < l.nbuckets * cfg_.hot_slots && ok; ++j) {
-      uint16_t m = l.hot_meta[j].load();
-      if (m & hot::kBusy) bad("hot slot still locked");
-      if (!(m & hot::kValid)) continue;
-      uint64_t vw = l.hot_value[j].load();
-      std::string key, hv, nv;
-      if (items_.variable()) {
-        auto* hi = reinterpret_cast<const HotItem*>(vw);
-        key = hi->key;
-        hv = hi->value;
-      } else {
-        uint64_t kw = l.hot_key[j].load();
-        key.assign(reinterpret_cast<const char*>(&kw), 8);
-        hv.assign(reinterpret_cast<const char*>(&vw), 8);
+    if (!l.hot) continue;
+    for (uint64_t b = 0; b < l.nbuckets && ok; ++b)
+      for (int e = 0; e < cfg_.hot_slots && ok; ++e) {
+        uint16_t m = l.hot.meta(b, e).load();
+        if (m & hot::kBusy) bad("hot slot still locked");
+        if (!(m & hot::kValid)) continue;
+        hot::Payload p = hot_load(l.hot, b, e);
+        uint64_t kw = l.hot.key(b, e).load();
+        std::string key, hv, nv;
+        if (items_.variable())
+          key = hot_key_bytes(p);
+        else
+          key.assign(reinterpret_cast<const char*>(&kw), 8);
+        hot_value(p, &hv);
+        if (hashed(key).kw != kw || hot_bucket(l, hashed(key)) != b) bad("hot copy in a wrong slot");
+        auto it = values.find(key);
+        if (it == values.end()) {
+          bad("hot table holds a key the table does not");
+          continue;
+        }
+        if (!items_.read_value(it->second, &nv) || nv != hv)
+          bad("hot table value differs from the table's");
       }
-      auto it = values.find(key);
-      if (it == values.end()) {
-        bad("hot table holds a key the table does not");
-        continue;
-      }
-      if (!items_.read_value(it->second, &nv) || nv != hv)
-        bad("hot table value differs from the table's");
-    }
   }
   return ok;
 }

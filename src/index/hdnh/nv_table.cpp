@@ -75,13 +75,15 @@ Level* Hdnh::make_level(uint64_t off, uint64_t segments) {
   l->buckets = pool_.ptr<Bucket>(off);
   l->segments = segments;
   l->nbuckets = segments * m_;
-  l->ocf.reset(new std::atomic<uint16_t>[l->nbuckets * kSlots]());
+  // Zeroed pages (all-zero atomics), first touched by whoever writes them.
+  l->ocf = static_cast<std::atomic<uint16_t>*>(
+      hot::zeroed_pages(l->nbuckets * kSlots * sizeof(uint16_t)));
   if (cfg_.replacement != Replacement::kOff) {
-    uint64_t n = l->nbuckets * uint64_t(cfg_.hot_slots);
-    l->hot_meta.reset(new std::atomic<uint16_t>[n]());
-    l->hot_key.reset(new std::atomic<uint64_t>[n]());
-    l->hot_value.reset(new std::atomic<uint64_t>[n]());
-    if (cfg_.replacement == Replacement::kLru) l->hot_stamp.reset(new std::atomic<uint64_t>[n]());
+    l->hot.s = hot::shape(cfg_.hot_slots, items_.variable());
+    l->hot.bytes = l->nbuckets * l->hot.s.stride;
+    l->hot.base = static_cast<char*>(hot::zeroed_pages(l->hot.bytes));
+    if (cfg_.replacement == Replacement::kLru)
+      l->hot_stamp.reset(new std::atomic<uint64_t>[l->nbuckets * uint64_t(cfg_.hot_slots)]());
   }
   return l;
 }

@@ -141,15 +141,13 @@ void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned 
   constexpr size_t kAhead = 8;  // records whose hot buckets are prefetched
   pm::Epochs::Guard guard(epochs_, threads_.id());
   const Level& first = *set.lv[0];
-  const uint64_t hs = uint64_t(cfg_.hot_slots);
   for (const auto& per_thread : found) {
     const std::vector<HotRecord>& recs = per_thread[p];
     for (size_t i = 0; i < recs.size(); ++i) {
-      if (i + kAhead < recs.size()) {
-        uint64_t idx = hot_bucket(first, Hashed{recs[i + kAhead].h1, 0, 0, 0}) * hs;
-        __builtin_prefetch(&first.hot_meta[idx], 1);
-        __builtin_prefetch(&first.hot_key[idx], 1);
-        __builtin_prefetch(&first.hot_value[idx], 1);
+      if (i + kAhead < recs.size()) {  // the bucket's head line (meta, keys) and payload
+        uint64_t b = hot_bucket(first, Hashed{recs[i + kAhead].h1, 0, 0, 0});
+        __builtin_prefetch(first.hot.line0(b), 1);
+        __builtin_prefetch(first.hot.payload(b, 0), 1);
       }
       hot_place(set, recs[i]);
     }
@@ -158,22 +156,21 @@ void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned 
 
 // One record into the first empty slot of its hot buckets, top level first.
 void Hdnh::hot_place(const LevelSet& set, const HotRecord& r) {
-  const int hs = cfg_.hot_slots;
   for (int j = 0; j < set.n; ++j) {
     Level& l = *set.lv[j];
-    uint64_t base = hot_bucket(l, Hashed{r.h1, 0, 0, 0}) * hs;
-    for (int e = 0; e < hs; ++e) {
-      if (l.hot_meta[base + e].load(std::memory_order_relaxed) != 0) continue;
-      uint64_t vw = r.vw;  // fixed: the value itself
+    uint64_t b = hot_bucket(l, Hashed{r.h1, 0, 0, 0});
+    for (int e = 0; e < cfg_.hot_slots; ++e) {
+      if (l.hot.meta(b, e).load(std::memory_order_relaxed) != 0) continue;
+      hot::Payload p;
+      p.w[0] = r.vw;  // fixed: the value itself
       if (items_.variable()) {
+        std::string_view key;
         std::string value;
-        if (!items_.read_value(r.vw, &value)) return;
-        vw = reinterpret_cast<uint64_t>(
-            new HotItem{items_.slot_key_bytes(Slot{r.kw, r.vw}), std::move(value)});
+        if (!items_.item_key(r.vw, &key) || !items_.read_value(r.vw, &value)) return;
+        p = hot_payload(key, value);
       }
-      l.hot_key[base + e].store(r.kw, std::memory_order_relaxed);
-      l.hot_value[base + e].store(vw, std::memory_order_relaxed);
-      l.hot_meta[base + e].store(hot::kVersionOne | hot::kValid, std::memory_order_relaxed);
+      hot_store(l.hot, b, e, r.kw, p);
+      l.hot.meta(b, e).store(hot::kVersionOne | hot::kValid, std::memory_order_relaxed);
       return;
     }
   }
