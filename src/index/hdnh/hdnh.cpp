@@ -376,7 +376,8 @@ bool Hdnh::check(std::string* report) const {
         else
           key.assign(reinterpret_cast<const char*>(&kw), 8);
         hot_value(p, &hv);
-        if (hashed(key).kw != kw || hot_bucket(l, hashed(key)) != b) bad("hot copy in a wrong slot");
+        if (hashed(key).kw != kw || hot_bucket(l, hashed(key)) != b)
+          bad("hot copy in a wrong slot");
         auto it = values.find(key);
         if (it == values.end()) {
           bad("hot table holds a key the table does not");

@@ -38,8 +38,8 @@ struct Level {
   uint64_t off = 0;
   uint64_t segments = 0;
   uint64_t nbuckets = 0;
-  std::atomic<uint16_t>* ocf = nullptr;  // nbuckets * kSlots
-  hot::Table hot;                        // empty when the hot table is off
+  std::atomic<uint16_t>* ocf = nullptr;                // nbuckets * kSlots
+  hot::Table hot;                                      // empty when the hot table is off
   std::unique_ptr<std::atomic<uint64_t>[]> hot_stamp;  // LRU: nbuckets * hot_slots
   Level() = default;
   Level(const Level&) = delete;
@@ -95,6 +95,12 @@ class Hdnh final : public Scheme {
   std::function<void()> test_before_fill;
   // Drops the key's hot-table copies (so the next get() reads PM and fills).
   void test_drop_hot(std::string_view key);
+  // The key's hot bucket in level i of the published set, and its recovery partition of nt.
+  uint64_t test_hot_bucket(std::string_view key, int level) const;
+  unsigned test_hot_partition(std::string_view key, unsigned nt) const;
+  int test_levels() const {
+    return levels_.load()->n;
+  }
 #endif
 
  private:
@@ -184,13 +190,12 @@ class Hdnh final : public Scheme {
   hot::Payload hot_payload(std::string_view key, std::string_view value) const;
   hot::Payload hot_load(const hot::Table& t, uint64_t b, int e) const;
   void hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const hot::Payload& p);
-  void hot_release(const hot::Payload& p);     // unpublished: freed after an epoch
-  void hot_free_now(const hot::Payload& p) const;  // never published, or at teardown
-  void hot_free_level(const Level& l) const;       // every copy of a level (teardown)
-  std::string_view hot_key_bytes(const hot::Payload& p) const;    // variable
+  void hot_release(const hot::Payload& p);                      // unpublished: freed after an epoch
+  void hot_free_now(const hot::Payload& p) const;               // never published, or at teardown
+  void hot_free_level(const Level& l) const;                    // every copy of a level (teardown)
+  std::string_view hot_key_bytes(const hot::Payload& p) const;  // variable
   void hot_value(const hot::Payload& p, std::string* value) const;
-  bool hot_matches(uint64_t kw, const hot::Payload& p, const Hashed& k,
-                   std::string_view key) const;
+  bool hot_matches(uint64_t kw, const hot::Payload& p, const Hashed& k, std::string_view key) const;
   // Synchronous write (§3.4): begin hands the job to the partner (background) while this
   // thread writes PM; finish, after the PM commit, waits for it (or runs it, inline) and
   // publishes a put.

@@ -143,8 +143,8 @@ void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view ke
       for (;;) {
         uint16_t m = l.hot.meta(b, e).load(std::memory_order_acquire);
         if (!(m & hot::kValid) || (m & hot::kBusy)) break;
-        if (!hot_matches(l.hot.key(b, e).load(std::memory_order_acquire), hot_load(l.hot, b, e),
-                         k, key))
+        if (!hot_matches(l.hot.key(b, e).load(std::memory_order_acquire), hot_load(l.hot, b, e), k,
+                         key))
           break;
         if (lock(l, b, e, m, true)) break;  // else it changed: look again
       }
@@ -209,7 +209,7 @@ void Hdnh::hot_publish(const Hashed& k, HotWrite& w) {
       hot_store(l.hot, t.bucket, t.e, k.kw, w.pay);
       if (l.hot_stamp)
         l.hot_stamp[t.bucket * cfg_.hot_slots + t.e].store(clock_.fetch_add(1),
-                                                            std::memory_order_relaxed);
+                                                           std::memory_order_relaxed);
       next |= hot::kValid | (t.same_key ? (t.meta & hot::kHot) : 0);
     }
     l.hot.meta(t.bucket, t.e).store(next, std::memory_order_release);

@@ -104,6 +104,15 @@ unsigned Hdnh::hot_partition(const LevelSet& set, const Hashed& k, unsigned nt) 
   return static_cast<unsigned>(hot_bucket(smallest, k) * nt / smallest.nbuckets);
 }
 
+#ifdef PMHASH_CRASH_HOOKS
+uint64_t Hdnh::test_hot_bucket(std::string_view key, int level) const {
+  return hot_bucket(*levels_.load()->lv[level], hashed(key));
+}
+unsigned Hdnh::test_hot_partition(std::string_view key, unsigned nt) const {
+  return hot_partition(*levels_.load(), hashed(key), nt);
+}
+#endif
+
 // Thread t's share of the traversal: the OCF entries of its buckets (every level's buckets
 // split in nt ranges), and the records, sorted by hot partition, for the hot table.
 int64_t Hdnh::rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt,
