@@ -33,6 +33,7 @@ hot::Payload Hdnh::hot_load(const hot::Table& t, uint64_t b, int e) const {
   hot::Payload p;
   const std::atomic<uint64_t>* w = t.payload(b, e);
   for (uint32_t i = 0; i < t.s.payload_words; ++i) p.w[i] = w[i].load(std::memory_order_acquire);
+  if (items_.variable()) p.lens = t.lens(b, e).load(std::memory_order_acquire);
   return p;
 }
 
@@ -40,6 +41,7 @@ void Hdnh::hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const 
   t.key(b, e).store(kw, std::memory_order_release);
   std::atomic<uint64_t>* w = t.payload(b, e);
   for (uint32_t i = 0; i < t.s.payload_words; ++i) w[i].store(p.w[i], std::memory_order_release);
+  if (items_.variable()) t.lens(b, e).store(p.lens, std::memory_order_release);
 }
 
 void Hdnh::hot_release(const hot::Payload& p) {

@@ -19,23 +19,22 @@ inline constexpr uint16_t kValid = 1, kBusy = 2, kHot = 4, kVersionOne = 8;
 
 // A hot bucket of S slots (S = hot_slots, 1..8), 64-byte aligned:
 //
-//   head (line 0 for S <= 6; 128 bytes for S = 7, 8)
-//     bytes  0 .. 15       meta[8]      u16 per slot (above); slots past S unused
-//     bytes 16 .. 16+8S-1  key word     per slot: fixed, the key's 8 bytes; variable, its hash
+//   head (one line for fixed S <= 6, variable S <= 4; else two)
+//     bytes  0 .. 15        meta[8]   u16 per slot (above); slots past S unused
+//     bytes 16 .. 16+8S-1   key word  per slot: fixed, the key's 8 bytes; variable, its hash
+//     variable: 16+8S .. 16+10S-1  lens  u16 per slot: 0x8000 | key length << 6 | value
+//                                  length for an inline item; 0: out of line
 //   payload (from the next 64-byte boundary), P bytes per slot
 //     fixed     P = 8:  the value's 8 bytes                    (S = 4: 32 B, one line)
-//     variable  P = 32: an inline item, or a pointer to a DRAM HotItem (S = 4: 128 B, two
-//               lines, two slots each)
-//
-//   variable payload, inline (key + value <= kInlineBytes):
-//     byte 0 = 1 (tag) | byte 1 key length | byte 2 value length | bytes 3 .. 31 key, value
-//   variable payload, out of line: word 0 = HotItem* (aligned: tag bit 0 clear), words 1-3 = 0
+//     variable  P = 32: inline, key bytes then value bytes (key + value <= 32 bytes); out
+//               of line, word 0 = HotItem* (S = 4: 128 B, two lines, two slots each)
 //
 // A miss reads line 0 (meta and key words); a hit reads line 0 and the slot's payload line.
 // Fixed, S = 4: 128 bytes per bucket. Variable, S = 4: 192 bytes.
 inline constexpr uint32_t kHeadMeta = 16;
 inline constexpr int kMaxPayloadWords = 4;
-inline constexpr uint32_t kInlineBytes = 29;
+inline constexpr uint32_t kInlineBytes = 32;
+inline constexpr uint16_t kInline = 0x8000;
 
 inline constexpr uint32_t round64(uint32_t n) {
   return (n + 63) & ~63u;
@@ -47,7 +46,7 @@ struct Shape {
 inline Shape shape(int slots, bool variable) {
   Shape s;
   s.slots = uint32_t(slots);
-  s.head = round64(kHeadMeta + 8 * s.slots);
+  s.head = round64(kHeadMeta + (variable ? 10 : 8) * s.slots);
   s.payload_words = variable ? 4 : 1;
   s.stride = s.head + round64(s.slots * s.payload_words * 8);
   return s;
@@ -76,6 +75,10 @@ struct Table {
   std::atomic<uint64_t>& key(uint64_t b, int e) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(base + b * s.stride + kHeadMeta)[e];
   }
+  std::atomic<uint16_t>& lens(uint64_t b, int e) const {  // variable only
+    return reinterpret_cast<std::atomic<uint16_t>*>(base + b * s.stride + kHeadMeta +
+                                                    8 * s.slots)[e];
+  }
   std::atomic<uint64_t>* payload(uint64_t b, int e) const {
     return reinterpret_cast<std::atomic<uint64_t>*>(base + b * s.stride + s.head) +
            e * s.payload_words;
@@ -83,28 +86,25 @@ struct Table {
   const char* line0(uint64_t b) const { return base + b * s.stride; }
 };
 
-// A payload read into registers.
+// A payload read into registers (with its lens word, variable format).
 struct Payload {
   uint64_t w[kMaxPayloadWords] = {0, 0, 0, 0};
-  bool is_inline() const { return w[0] & 1; }
+  uint16_t lens = 0;
+  bool is_inline() const { return lens & kInline; }
   // Variable inline item: key and value bytes.
   std::string_view inline_key() const {
-    const char* b = reinterpret_cast<const char*>(w);
-    return {b + 3, uint8_t(b[1])};
+    return {reinterpret_cast<const char*>(w), size_t((lens >> 6) & 63)};
   }
   std::string_view inline_value() const {
-    const char* b = reinterpret_cast<const char*>(w);
-    return {b + 3 + uint8_t(b[1]), uint8_t(b[2])};
+    return {reinterpret_cast<const char*>(w) + ((lens >> 6) & 63), size_t(lens & 63)};
   }
   static bool make_inline(std::string_view key, std::string_view value, Payload* p) {
     if (key.size() + value.size() > kInlineBytes) return false;
     char* b = reinterpret_cast<char*>(p->w);
     std::memset(b, 0, sizeof p->w);
-    b[0] = 1;
-    b[1] = static_cast<char>(key.size());
-    b[2] = static_cast<char>(value.size());
-    std::memcpy(b + 3, key.data(), key.size());
-    std::memcpy(b + 3 + key.size(), value.data(), value.size());
+    std::memcpy(b, key.data(), key.size());
+    std::memcpy(b + key.size(), value.data(), value.size());
+    p->lens = static_cast<uint16_t>(kInline | key.size() << 6 | value.size());
     return true;
   }
 };
