@@ -264,9 +264,12 @@ uint64_t Hdnh::dram_bytes() const {
     if (!items_.variable()) continue;
     for (uint64_t b = 0; b < l.nbuckets; ++b)  // hot items too long to be inline
       for (int e = 0; e < cfg_.hot_slots; ++e) {
-        if (!(l.hot.meta(b, e).load() & hot::kValid)) continue;
-        hot::Payload p = hot_load(l.hot, b, e);
-        if (p.is_inline()) continue;
+        hot::Payload p;
+        uint16_t m;
+        do {  // writers run beside this: a consistent payload or none
+          m = l.hot.meta(b, e).load(std::memory_order_acquire);
+        } while ((m & hot::kValid) && !(m & hot::kBusy) && !hot_snapshot(l.hot, b, e, m, &p));
+        if (!(m & hot::kValid) || (m & hot::kBusy) || p.is_inline()) continue;
         auto* hi = reinterpret_cast<const HotItem*>(p.w[0]);
         n += sizeof(HotItem) + hi->key.capacity() + hi->value.capacity();
       }

@@ -189,6 +189,7 @@ class Hdnh final : public Scheme {
   // The copy of key -> value a hot slot holds (variable: inline if small, else a HotItem).
   hot::Payload hot_payload(std::string_view key, std::string_view value) const;
   hot::Payload hot_load(const hot::Table& t, uint64_t b, int e) const;
+  bool hot_snapshot(const hot::Table& t, uint64_t b, int e, uint16_t m, hot::Payload* p) const;
   void hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const hot::Payload& p);
   void hot_release(const hot::Payload& p);                      // unpublished: freed after an epoch
   void hot_free_now(const hot::Payload& p) const;               // never published, or at teardown

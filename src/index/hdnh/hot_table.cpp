@@ -37,6 +37,14 @@ hot::Payload Hdnh::hot_load(const hot::Table& t, uint64_t b, int e) const {
   return p;
 }
 
+// A slot's payload as of metadata m (seqlock): false if the slot changed meanwhile. Only a
+// payload read this way may be followed to its HotItem: a torn read could pair an inline
+// payload's bytes with an out-of-line lens word.
+bool Hdnh::hot_snapshot(const hot::Table& t, uint64_t b, int e, uint16_t m, hot::Payload* p) const {
+  *p = hot_load(t, b, e);
+  return (t.meta(b, e).load(std::memory_order_acquire) | hot::kHot) == (m | hot::kHot);
+}
+
 void Hdnh::hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const hot::Payload& p) {
   t.key(b, e).store(kw, std::memory_order_release);
   std::atomic<uint64_t>* w = t.payload(b, e);
@@ -100,7 +108,8 @@ bool Hdnh::hot_get(const LevelSet& set, const Hashed& k, std::string_view key, s
           if ((meta.load(std::memory_order_acquire) | hot::kHot) != (m1 | hot::kHot)) continue;
           break;
         }
-        hot::Payload p = hot_load(l.hot, b, e);
+        hot::Payload p;
+        if (!hot_snapshot(l.hot, b, e, m1, &p)) continue;
         bool match = hot_matches(kw, p, k, key);
         if (match) hot_value(p, value);
         if ((meta.load(std::memory_order_acquire) | hot::kHot) != (m1 | hot::kHot)) continue;
@@ -145,9 +154,11 @@ void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view ke
       for (;;) {
         uint16_t m = l.hot.meta(b, e).load(std::memory_order_acquire);
         if (!(m & hot::kValid) || (m & hot::kBusy)) break;
-        if (!hot_matches(l.hot.key(b, e).load(std::memory_order_acquire), hot_load(l.hot, b, e), k,
-                         key))
-          break;
+        uint64_t kw = l.hot.key(b, e).load(std::memory_order_acquire);
+        if (kw != k.kw) break;
+        hot::Payload p;
+        if (!hot_snapshot(l.hot, b, e, m, &p)) continue;
+        if (!hot_matches(kw, p, k, key)) break;
         if (lock(l, b, e, m, true)) break;  // else it changed: look again
       }
     }
@@ -231,8 +242,11 @@ void Hdnh::hot_remove(const LevelSet& set, const Hashed& k, std::string_view key
       for (;;) {
         uint16_t m = meta.load(std::memory_order_acquire);
         if (!(m & hot::kValid) || (m & hot::kBusy)) break;
-        hot::Payload p = hot_load(l.hot, b, e);
-        if (!hot_matches(l.hot.key(b, e).load(std::memory_order_acquire), p, k, key)) break;
+        uint64_t kw = l.hot.key(b, e).load(std::memory_order_acquire);
+        if (kw != k.kw) break;
+        hot::Payload p;
+        if (!hot_snapshot(l.hot, b, e, m, &p)) continue;
+        if (!hot_matches(kw, p, k, key)) break;
         if (!meta.compare_exchange_strong(m, static_cast<uint16_t>((m + hot::kVersionOne) & ~7u)))
           continue;
         hot_release(p);
