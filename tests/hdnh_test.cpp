@@ -35,6 +35,39 @@ TEST(HdnhOcf, EntryEncoding) {
   EXPECT_EQ(w, 0);
 }
 
+// §3.3, Fig. 5: a hot bucket keeps every slot's metadata and key word in its first cache
+// line and each slot's payload within one further line, so a probe reads one line on a miss
+// and two on a hit (the parallel arrays before: meta, keys, values, three on a hit).
+TEST(HdnhHotBucket, OneLineOnAMissTwoOnAHit) {
+  alignas(64) static char buf[4 * 256];
+  for (bool variable : {false, true})
+    for (int slots = 1; slots <= 8; ++slots) {
+      hdnh::hot::Table t;
+      t.base = buf;
+      t.s = hdnh::hot::shape(slots, variable);
+      SCOPED_TRACE(std::to_string(slots) + (variable ? " slots, variable" : " slots, fixed"));
+      EXPECT_EQ(t.s.stride % 64, 0u);
+      const uint64_t b = 2;
+      auto line = [&](const void* p) { return (static_cast<const char*>(p) - buf) / 64; };
+      const uint64_t first = line(t.line0(b));
+      for (int e = 0; e < slots; ++e) {
+        if (slots <= (variable ? 4 : 6)) {  // meta, key words (and lens) in one line
+          EXPECT_EQ(t.s.head, 64u);
+          EXPECT_EQ(line(&t.meta(b, e)), first);
+          EXPECT_EQ(line(&t.key(b, e)), first);
+        }
+        const auto* pay = t.payload(b, e);
+        EXPECT_GT(line(pay), first);  // not in the head
+        EXPECT_EQ(line(pay), line(reinterpret_cast<const char*>(pay) + 8 * t.s.payload_words - 1))
+            << "payload " << e << " straddles two lines";
+        EXPECT_LT(static_cast<uint64_t>(reinterpret_cast<const char*>(pay) - t.line0(b)),
+                  t.s.stride);
+      }
+    }
+  EXPECT_EQ(hdnh::hot::shape(4, false).stride, 128u);  // the default: two lines
+  EXPECT_EQ(hdnh::hot::shape(4, true).stride, 192u);   // three, a probe reads two of them
+}
+
 class HdnhTest : public ::testing::TestWithParam<Format> {
  protected:
   bool fixed() const { return GetParam() == Format::kFixed; }
@@ -315,8 +348,9 @@ TEST_P(HdnhTest, RecoveryFinishesAResizeThatHadNotAttachedItsLevel) {
 // number of threads (1, 2, 3 — not a divisor of the bucket count — and more threads than
 // buckets per level), every record is back, every hot copy equals the table, and the hot
 // table holds as many items (with two levels the count does not depend on the order).
-// (It does not catch a wrong partition: the hot arrays are atomics, invisible to TSan, and
-// two threads rarely meet in one bucket of so small a table.)
+// (It does not catch a wrong partition: the hot buckets are atomics, invisible to TSan, and
+// two threads rarely meet in one bucket of so small a table; the next test checks the
+// partition directly.)
 TEST_P(HdnhTest, RecoveryThreadsFillTheHotTableByPartition) {
   TempPool p;
   std::unique_ptr<Index> idx;
@@ -341,6 +375,71 @@ TEST_P(HdnhTest, RecoveryThreadsFillTheHotTableByPartition) {
     expect_contents(*idx, m);
   }
 }
+
+// The hot table's DRAM is its buckets (hot_table.hpp): small variable items sit inline in
+// them, no DRAM copy is allocated (3 allocations per hot insert and 74 B per key before),
+// and only an item too long to be inline adds a HotItem.
+TEST_P(HdnhTest, HotBucketsHoldSmallItemsInlineAndDramIsTheBuckets) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, options({{"segments", "4"}}), &idx).ok());
+  Scheme& sc = *idx->impl()->scheme;
+  const uint64_t nb = sc.capacity_slots() / hdnh::kSlots;
+  const uint64_t stride = hdnh::hot::shape(4, !fixed()).stride;
+  auto k = [&](int i) {
+    if (fixed()) return key(i);
+    char b[16];
+    std::snprintf(b, sizeof b, "k%04d", i);
+    return std::string(b);
+  };
+  auto v = [&](int i) { return fixed() ? value(i) : std::string(27, char('a' + i % 26)); };
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(idx->insert(k(i), v(i)).ok());  // 32 B: inline
+  std::string got;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(idx->get(k(i), &got).ok() && got == v(i));
+  EXPECT_EQ(counters(*idx)["hot_items"], 200);
+  EXPECT_EQ(counters(*idx)["hot_hit_ratio"], 1);
+  const uint64_t buckets_only = 4096 * 4 + nb * hdnh::kSlots * 2 + nb * stride;
+  EXPECT_EQ(sc.dram_bytes(), buckets_only);  // stripes, OCF, hot buckets: nothing else
+  if (fixed()) return;
+  const std::string long_key(16, 'L'), long_value(17, 'V');  // 33 B: out of line
+  ASSERT_TRUE(idx->insert(long_key, long_value).ok());
+  ASSERT_TRUE(idx->get(long_key, &got).ok() && got == long_value);
+  EXPECT_GT(sc.dram_bytes(), buckets_only);
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
+}
+
+#ifdef PMHASH_CRASH_HOOKS
+// The recovery partition of a key's hot buckets (§3.7 rebuild): two keys that share a hot
+// bucket in any level must fall in one partition, or two recovery threads write one bucket
+// with plain stores. Checked directly on every pair of keys sharing a bucket, for several
+// thread counts (the fill test above cannot see a wrong partition). A partition computed
+// from the top level instead of the bottom splits bottom buckets: this fails.
+TEST_P(HdnhTest, KeysSharingAHotBucketInAnyLevelShareTheRecoveryPartition) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(
+      Index::open(p.path, options({{"segment_bytes", "1024"}, {"segments", "3"}}), &idx).ok());
+  auto* h = static_cast<hdnh::Hdnh*>(idx->impl()->scheme.get());
+  ASSERT_EQ(h->test_levels(), 2);
+  for (unsigned nt : {2u, 3u, 5u, 8u}) {
+    std::vector<std::map<uint64_t, unsigned>> owner(2);  // hot bucket -> partition, per level
+    std::vector<int> used(nt);
+    for (uint64_t i = 0; i < 4000; ++i) {
+      std::string k = key(i);
+      unsigned part = h->test_hot_partition(k, nt);
+      ASSERT_LT(part, nt);
+      ++used[part];
+      for (int l = 0; l < 2; ++l) {
+        auto [it, fresh] = owner[l].emplace(h->test_hot_bucket(k, l), part);
+        ASSERT_EQ(it->second, part) << "level " << l << " hot bucket " << it->first << " in "
+                                    << "two partitions of " << nt;
+      }
+    }
+    for (unsigned t = 0; t < nt; ++t) EXPECT_GT(used[t], 0) << "partition " << t << " empty";
+  }
+}
+#endif
 
 // Bad run-time options are refused with a clear error, before anything is changed.
 TEST_P(HdnhTest, RejectsBadOptions) {

@@ -166,6 +166,51 @@ TEST_P(WritePathTest, LineHT) {
   EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
 }
 
+// HDNH (§3.6, Figs. 9-10): insert — slot, flush, fence; bitmap bit, flush, fence. Update —
+// the same into a free slot of the bucket (one bitmap store flips old and new), or in a full
+// bucket the value word in place (variable: fence for the new item, the word, flush, fence).
+// Delete — the bitmap bit, flush, fence. The variable format adds the item's line, and no
+// fence (log-free allocation, swept at recovery; the item is a spare block whose allocation
+// bit a batch persisted, pm::SpareBlocks); with the redo log insert/update cost 6 / 4.
+TEST_P(WritePathTest, Hdnh) {
+  Options o = small_options("hdnh", GetParam());
+  o.params = {{"segment_bytes", "256"}, {"segments", "2"}};  // 6 buckets: some fill up
+  const Cost slot = variable() ? Cost{3, 2} : Cost{2, 2};
+  const Cost in_place = variable() ? Cost{2, 2} : Cost{1, 1};
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  idx->impl()->alloc->spares().set_batch_bytes(256 * 64);  // one refill: the warm-up's
+  const int n = 40;                                    // of 48 slots
+  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word: once
+  ASSERT_TRUE(idx->remove(key(n)).ok());
+  int inserts = 0;
+  for (int i = 0; i < n; ++i) {
+    double resizes = counter(*idx, "level_resizes");
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok()); });
+    if (counter(*idx, "level_resizes") != resizes) continue;  // a resize: not this row
+    EXPECT_EQ(c, slot) << "insert " << i;
+    ++inserts;
+  }
+  EXPECT_GT(inserts, n / 2);
+  int free_slot = 0, full = 0;
+  for (int i = 0; i < n; ++i) {
+    double before = counter(*idx, "in_place_updates");
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
+    bool was_full = counter(*idx, "in_place_updates") != before;
+    EXPECT_EQ(c, was_full ? in_place : slot) << "update " << i << (was_full ? " (full)" : "");
+    ++(was_full ? full : free_slot);
+  }
+  EXPECT_GT(free_slot, 0);  // both update paths ran
+  EXPECT_GT(full, 0);
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
+    EXPECT_EQ(c, (Cost{1, 1})) << "delete " << i;
+  }
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, WritePathTest,
                          ::testing::Values(Format::kFixed, Format::kVariable),
                          [](const auto& info) {

@@ -45,7 +45,6 @@ Hdnh::Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg)
       m_(root_->segment_buckets),
       cfg_(cfg),
       stripes_(new std::atomic<uint32_t>[kStripes]()),
-      bucket_locks_(new std::atomic<uint32_t>[kStripes]()),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
       partners_(new std::unique_ptr<Partner>[pm::ThreadRegistry::kMaxThreads]) {
   auto t0 = std::chrono::steady_clock::now();
@@ -68,12 +67,8 @@ Hdnh::~Hdnh() {
   epochs_.drain();
   LevelSet* set = levels_.load();
   for (int i = 0; i < set->n; ++i) {
-    Level* l = set->lv[i];
-    if (items_.variable() && l->hot_meta)
-      for (uint64_t j = 0; j < l->nbuckets * uint64_t(cfg_.hot_slots); ++j)
-        if (l->hot_meta[j].load() & hot::kValid)
-          delete reinterpret_cast<HotItem*>(l->hot_value[j].load());
-    delete l;
+    hot_free_level(*set->lv[i]);
+    delete set->lv[i];
   }
   delete set;
 }
@@ -139,10 +134,10 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
     if (found) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
       common::Items::New item;
-      Status s = items_.make(key, value, k.kw, &item);
+      Status s = items_.write(key, value, k.kw, &item);  // log-free: swept if a crash strands it
       if (!s.ok()) return s;
       if (!lock_slot(&loc)) {
-        items_.cancel(item);
+        items_.discard(item);
         continue;
       }
       HotJob hj;
@@ -154,11 +149,12 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
         Slot& ns = b.slots[nl.slot];
         store_word(ns.key, item.key_word);
         store_word(ns.value, item.value_word);
-        p.persist(&ns, sizeof ns);
-        commit_bitmap(b, bit(nl.slot), bit(loc.slot), items_.variable() ? &item.item : nullptr,
-                      items_.owned_block(vw));
-      } else {  // a full bucket: the value word in place (variable: a new item, one commit)
-        items_.replace_value(b.slots[loc.slot].value, item);
+        p.persist(&ns, sizeof ns);  // the fence also orders the item and its allocation bit
+        commit_bitmap(b, bit(nl.slot), bit(loc.slot));
+        items_.retire(vw);  // unreachable in PM now (variable: allocation bit cleared)
+      } else {  // a full bucket: the value word in place (variable: a new item swapped in)
+        items_.swap_value(b.slots[loc.slot].value, item);
+        ts.in_place_updates.fetch_add(1, std::memory_order_relaxed);
       }
       // Committed. The hot copy is published before the OCF releases the old slot: until
       // then a reader that misses the hot table waits for that slot, so no reader sees the
@@ -182,7 +178,7 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
       continue;
     }
     common::Items::New item;
-    Status s = items_.make(key, value, k.kw, &item);
+    Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) {
       unlock_slot(nl, false, 0);
       return s;
@@ -193,8 +189,8 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
     Slot& ns = b.slots[nl.slot];
     store_word(ns.key, item.key_word);
     store_word(ns.value, item.value_word);
-    p.persist(&ns, sizeof ns);
-    commit_bitmap(b, bit(nl.slot), 0, items_.variable() ? &item.item : nullptr, 0);
+    p.persist(&ns, sizeof ns);  // the fence also orders the item and its allocation bit
+    commit_bitmap(b, bit(nl.slot), 0);
     // Committed. The OCF shows the record before the hot table does: a reader that finds
     // the hot copy and a later one that misses it (evicted) both find the key.
     unlock_slot(nl, true, k.fp);
@@ -204,7 +200,9 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
   }
 }
 
-// Delete: the bitmap bit goes to 0 (one persisted store); the hot-table copy is dropped.
+// Delete: the bitmap bit goes to 0 (one persisted store); the hot-table copy is dropped. The
+// variable format's item is then unmarked (no flush: a crash before the bit reaches PM leaves
+// it allocated and unreachable, and the recovery sweep frees it).
 Status Hdnh::remove(std::string_view key) {
   Hashed k = hashed(key);
   unsigned tid = threads_.id();
@@ -225,8 +223,8 @@ Status Hdnh::remove(std::string_view key) {
     // them waits for the locked slot. They are gone before the OCF shows the delete.
     HotJob hj;
     hot_begin(&hj, kHotRemove, *set, k, key, {});
-    commit_bitmap(loc.level->buckets[loc.bucket], 0, bit(loc.slot), nullptr,
-                  items_.owned_block(vw));
+    commit_bitmap(loc.level->buckets[loc.bucket], 0, bit(loc.slot));
+    items_.retire(vw);  // unreachable in PM now (variable: allocation bit cleared)
     hot_finish(&hj);
     unlock_slot(loc, false, 0);
     ts.items.fetch_sub(1, std::memory_order_relaxed);
@@ -256,29 +254,31 @@ uint64_t Hdnh::capacity_slots() const {
 uint64_t Hdnh::dram_bytes() const {
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
-  uint64_t n = 2 * kStripes * sizeof(std::atomic<uint32_t>);
-  uint64_t per_hot = 2 + 8 + 8 + (cfg_.replacement == Replacement::kLru ? 8 : 0);
+  uint64_t n = kStripes * sizeof(std::atomic<uint32_t>);
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];
-    n += l.nbuckets * kSlots * 2;
-    if (l.hot_meta) n += l.nbuckets * cfg_.hot_slots * per_hot;
-  }
-  if (items_.variable()) {  // the hot items' DRAM copies
-    for (int i = 0; i < set->n; ++i) {
-      const Level& l = *set->lv[i];
-      if (!l.hot_meta) continue;
-      for (uint64_t j = 0; j < l.nbuckets * cfg_.hot_slots; ++j)
-        if (l.hot_meta[j].load() & hot::kValid) {
-          auto* hi = reinterpret_cast<const HotItem*>(l.hot_value[j].load());
-          n += sizeof(HotItem) + hi->key.capacity() + hi->value.capacity();
-        }
-    }
+    n += l.nbuckets * kSlots * 2;  // OCF
+    if (!l.hot) continue;
+    n += l.hot.bytes;  // the hot buckets (hot_table.hpp)
+    if (l.hot_stamp) n += l.nbuckets * cfg_.hot_slots * 8;
+    if (!items_.variable()) continue;
+    for (uint64_t b = 0; b < l.nbuckets; ++b)  // hot items too long to be inline
+      for (int e = 0; e < cfg_.hot_slots; ++e) {
+        hot::Payload p;
+        uint16_t m;
+        do {  // writers run beside this: a consistent payload or none
+          m = l.hot.meta(b, e).load(std::memory_order_acquire);
+        } while ((m & hot::kValid) && !(m & hot::kBusy) && !hot_snapshot(l.hot, b, e, m, &p));
+        if (!(m & hot::kValid) || (m & hot::kBusy) || p.is_inline()) continue;
+        auto* hi = reinterpret_cast<const HotItem*>(p.w[0]);
+        n += sizeof(HotItem) + hi->key.capacity() + hi->value.capacity();
+      }
   }
   return n;
 }
 
 void Hdnh::counters(std::map<std::string, double>* out) const {
-  uint64_t pos = 0, neg = 0, pms_pos = 0, pms_neg = 0, hits = 0, retries = 0;
+  uint64_t pos = 0, neg = 0, pms_pos = 0, pms_neg = 0, hits = 0, retries = 0, in_place = 0;
   for (unsigned t = 0; t < pm::ThreadRegistry::kMaxThreads; ++t) {
     const ThreadStats& s = tstats_[t];
     pos += s.pos_reads.load();
@@ -287,16 +287,18 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
     pms_neg += s.pm_slots_neg.load();
     hits += s.hot_hits.load();
     retries += s.retries.load();
+    in_place += s.in_place_updates.load();
   }
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   uint64_t hot_used = 0, hot_cap = 0;
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];
-    if (!l.hot_meta) continue;
+    if (!l.hot) continue;
     hot_cap += l.nbuckets * cfg_.hot_slots;
-    for (uint64_t j = 0; j < l.nbuckets * cfg_.hot_slots; ++j)
-      hot_used += (l.hot_meta[j].load(std::memory_order_relaxed) & hot::kValid) != 0;
+    for (uint64_t b = 0; b < l.nbuckets; ++b)
+      for (int e = 0; e < cfg_.hot_slots; ++e)
+        hot_used += (l.hot.meta(b, e).load(std::memory_order_relaxed) & hot::kValid) != 0;
   }
   (*out)["level_resizes"] = double(resizes_.load());
   (*out)["rehashed_records"] = double(rehashed_.load());
@@ -310,6 +312,7 @@ void Hdnh::counters(std::map<std::string, double>* out) const {
   (*out)["pm_slots_per_neg_read"] = neg ? double(pms_neg) / double(neg) : 0.0;
   (*out)["pm_slots_per_pos_read_miss"] = pos > hits ? double(pms_pos) / double(pos - hits) : 0.0;
   (*out)["read_retries"] = double(retries);
+  (*out)["in_place_updates"] = double(in_place);  // a full bucket: the value word replaced
   (*out)["recovery_ms"] = recovery_ms_;
   (*out)["recovery_hot_ms"] = recovery_hot_ms_;
   (*out)["recovery_ocf_ms"] = recovery_ms_ - recovery_hot_ms_;
@@ -362,30 +365,30 @@ bool Hdnh::check(std::string* report) const {
   // Every hot-table copy equals the non-volatile table's value.
   for (int i = 0; i < set->n && ok; ++i) {
     const Level& l = *set->lv[i];
-    if (!l.hot_meta) continue;
-    for (uint64_t j = 0; j < l.nbuckets * cfg_.hot_slots && ok; ++j) {
-      uint16_t m = l.hot_meta[j].load();
-      if (m & hot::kBusy) bad("hot slot still locked");
-      if (!(m & hot::kValid)) continue;
-      uint64_t vw = l.hot_value[j].load();
-      std::string key, hv, nv;
-      if (items_.variable()) {
-        auto* hi = reinterpret_cast<const HotItem*>(vw);
-        key = hi->key;
-        hv = hi->value;
-      } else {
-        uint64_t kw = l.hot_key[j].load();
-        key.assign(reinterpret_cast<const char*>(&kw), 8);
-        hv.assign(reinterpret_cast<const char*>(&vw), 8);
+    if (!l.hot) continue;
+    for (uint64_t b = 0; b < l.nbuckets && ok; ++b)
+      for (int e = 0; e < cfg_.hot_slots && ok; ++e) {
+        uint16_t m = l.hot.meta(b, e).load();
+        if (m & hot::kBusy) bad("hot slot still locked");
+        if (!(m & hot::kValid)) continue;
+        hot::Payload p = hot_load(l.hot, b, e);
+        uint64_t kw = l.hot.key(b, e).load();
+        std::string key, hv, nv;
+        if (items_.variable())
+          key = hot_key_bytes(p);
+        else
+          key.assign(reinterpret_cast<const char*>(&kw), 8);
+        hot_value(p, &hv);
+        if (hashed(key).kw != kw || hot_bucket(l, hashed(key)) != b)
+          bad("hot copy in a wrong slot");
+        auto it = values.find(key);
+        if (it == values.end()) {
+          bad("hot table holds a key the table does not");
+          continue;
+        }
+        if (!items_.read_value(it->second, &nv) || nv != hv)
+          bad("hot table value differs from the table's");
       }
-      auto it = values.find(key);
-      if (it == values.end()) {
-        bad("hot table holds a key the table does not");
-        continue;
-      }
-      if (!items_.read_value(it->second, &nv) || nv != hv)
-        bad("hot table value differs from the table's");
-    }
   }
   return ok;
 }

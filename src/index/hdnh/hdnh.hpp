@@ -32,15 +32,22 @@ namespace pmhash::hdnh {
 enum class Replacement { kRafl, kLru, kOff };
 
 // The DRAM side of one level: its OCF and its hot-table level (same buckets, fewer slots).
+// Both are zeroed pages, first touched by the recovery threads.
 struct Level {
   Bucket* buckets = nullptr;  // PM
   uint64_t off = 0;
   uint64_t segments = 0;
   uint64_t nbuckets = 0;
-  std::unique_ptr<std::atomic<uint16_t>[]> ocf;  // nbuckets * kSlots
-  // Hot table: nbuckets * hot_slots entries (empty when the hot table is off).
-  std::unique_ptr<std::atomic<uint16_t>[]> hot_meta;
-  std::unique_ptr<std::atomic<uint64_t>[]> hot_key, hot_value, hot_stamp;
+  std::atomic<uint16_t>* ocf = nullptr;                // nbuckets * kSlots
+  hot::Table hot;                                      // empty when the hot table is off
+  std::unique_ptr<std::atomic<uint64_t>[]> hot_stamp;  // LRU: nbuckets * hot_slots
+  Level() = default;
+  Level(const Level&) = delete;
+  Level& operator=(const Level&) = delete;
+  ~Level() {
+    hot::free_pages(ocf, nbuckets * kSlots * sizeof(uint16_t));
+    hot::free_pages(hot.base, hot.bytes);
+  }
 };
 
 // The levels in search order: {top, bottom}, or {top, bottom, new top} while resizing
@@ -88,6 +95,12 @@ class Hdnh final : public Scheme {
   std::function<void()> test_before_fill;
   // Drops the key's hot-table copies (so the next get() reads PM and fills).
   void test_drop_hot(std::string_view key);
+  // The key's hot bucket in level i of the published set, and its recovery partition of nt.
+  uint64_t test_hot_bucket(std::string_view key, int level) const;
+  unsigned test_hot_partition(std::string_view key, unsigned nt) const;
+  int test_levels() const {
+    return levels_.load()->n;
+  }
 #endif
 
  private:
@@ -107,7 +120,7 @@ class Hdnh final : public Scheme {
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> pos_reads{0}, neg_reads{0}, pm_slots_pos{0}, pm_slots_neg{0};
-    std::atomic<uint64_t> hot_hits{0}, retries{0};
+    std::atomic<uint64_t> hot_hits{0}, retries{0}, in_place_updates{0};
     std::atomic<int64_t> items{0};
   };
   struct Partner;  // the background thread of the synchronous write mechanism (§3.4)
@@ -115,14 +128,15 @@ class Hdnh final : public Scheme {
   // held the key being written (an in-place update keeps its hotmap bit).
   struct HotTarget {
     Level* level;
-    uint64_t idx;
+    uint64_t bucket;
+    int e;
     uint16_t meta;
     bool same_key;
   };
-  // A prepared hot-table put: the new copy (value word) and the locked target slots. The
+  // A prepared hot-table put: the new copy (payload) and the locked target slots. The
   // first target receives the copy; the others (further copies of the key) are dropped.
   struct HotWrite {
-    uint64_t vw = 0;
+    hot::Payload pay;
     HotTarget t[3 * kSlots];
     int n = 0;
     bool evicts = false;
@@ -160,10 +174,8 @@ class Hdnh final : public Scheme {
   bool claim_in(Level& l, uint64_t bucket, Loc* loc);
   bool lock_slot(Loc* loc);  // opmap on a valid slot, if it still holds what was seen
   void unlock_slot(const Loc& loc, bool is_valid, uint8_t fp);
-  // Changes a PM bitmap failure-atomically (fixed: one atomic RMW; variable: with the
-  // allocation and free in one commit).
-  void commit_bitmap(Bucket& b, uint64_t set, uint64_t clear, const pm::Reservation* publish,
-                     uint64_t free_off);
+  // Changes a PM bitmap failure-atomically: one atomic RMW, persisted.
+  void commit_bitmap(Bucket& b, uint64_t set, uint64_t clear);
 
   // Hot table (§3.3).
   bool hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value);
@@ -174,8 +186,17 @@ class Hdnh final : public Scheme {
   void hot_publish(const Hashed& k, HotWrite& w);
   void hot_remove(const LevelSet& set, const Hashed& k, std::string_view key);
   void hot_fill(const LevelSet& set, const Hashed& k, std::string_view key);
-  void hot_release(uint64_t value_word);
-  bool hot_matches(uint64_t kw, uint64_t vw, const Hashed& k, std::string_view key) const;
+  // The copy of key -> value a hot slot holds (variable: inline if small, else a HotItem).
+  hot::Payload hot_payload(std::string_view key, std::string_view value) const;
+  hot::Payload hot_load(const hot::Table& t, uint64_t b, int e) const;
+  bool hot_snapshot(const hot::Table& t, uint64_t b, int e, uint16_t m, hot::Payload* p) const;
+  void hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const hot::Payload& p);
+  void hot_release(const hot::Payload& p);                      // unpublished: freed after an epoch
+  void hot_free_now(const hot::Payload& p) const;               // never published, or at teardown
+  void hot_free_level(const Level& l) const;                    // every copy of a level (teardown)
+  std::string_view hot_key_bytes(const hot::Payload& p) const;  // variable
+  void hot_value(const hot::Payload& p, std::string* value) const;
+  bool hot_matches(uint64_t kw, const hot::Payload& p, const Hashed& k, std::string_view key) const;
   // Synchronous write (§3.4): begin hands the job to the partner (background) while this
   // thread writes PM; finish, after the PM commit, waits for it (or runs it, inline) and
   // publishes a put.
@@ -217,8 +238,7 @@ class Hdnh final : public Scheme {
   std::atomic<uint64_t> resize_seq_{0};  // odd while the level set has three levels
   mutable std::shared_mutex resize_mu_;  // writers shared, the resizer exclusive
   static constexpr uint64_t kStripes = 4096;
-  std::unique_ptr<std::atomic<uint32_t>[]> stripes_;       // writers of one key (see docs)
-  std::unique_ptr<std::atomic<uint32_t>[]> bucket_locks_;  // variable format: bitmap commits
+  std::unique_ptr<std::atomic<uint32_t>[]> stripes_;  // writers of one key (see docs)
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> clock_{0};  // LRU stamps
   std::atomic<uint64_t> resizes_{0}, rehashed_{0}, hot_evictions_{0};

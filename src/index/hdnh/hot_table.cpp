@@ -17,48 +17,109 @@ uint64_t Hdnh::hot_bucket(const Level& l, const Hashed& k) const {
   return sa * m_ + ((k.h1 >> 8) & (m_ - 1));
 }
 
-bool Hdnh::hot_matches(uint64_t kw, uint64_t vw, const Hashed& k, std::string_view key) const {
-  if (kw != k.kw) return false;
-  return !items_.variable() || reinterpret_cast<const HotItem*>(vw)->key == key;
+// ---- payloads (hot_table.hpp) ----
+
+hot::Payload Hdnh::hot_payload(std::string_view key, std::string_view value) const {
+  hot::Payload p;
+  if (!items_.variable())
+    std::memcpy(&p.w[0], value.data(), 8);
+  else if (!hot::Payload::make_inline(key, value, &p))
+    p.w[0] = reinterpret_cast<uint64_t>(new HotItem{std::string(key), std::string(value)});
+  return p;
 }
 
-void Hdnh::hot_release(uint64_t vw) {
-  if (items_.variable()) epochs_.retire([vw] { delete reinterpret_cast<HotItem*>(vw); });
+// Acquire loads: a reader that sees a payload word also sees the HotItem it points to.
+hot::Payload Hdnh::hot_load(const hot::Table& t, uint64_t b, int e) const {
+  hot::Payload p;
+  const std::atomic<uint64_t>* w = t.payload(b, e);
+  for (uint32_t i = 0; i < t.s.payload_words; ++i) p.w[i] = w[i].load(std::memory_order_acquire);
+  if (items_.variable()) p.lens = t.lens(b, e).load(std::memory_order_acquire);
+  return p;
+}
+
+// A slot's payload as of metadata m (seqlock): false if the slot changed meanwhile. Only a
+// payload read this way may be followed to its HotItem: a torn read could pair an inline
+// payload's bytes with an out-of-line lens word.
+bool Hdnh::hot_snapshot(const hot::Table& t, uint64_t b, int e, uint16_t m, hot::Payload* p) const {
+  *p = hot_load(t, b, e);
+  return (t.meta(b, e).load(std::memory_order_acquire) | hot::kHot) == (m | hot::kHot);
+}
+
+void Hdnh::hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const hot::Payload& p) {
+  t.key(b, e).store(kw, std::memory_order_release);
+  std::atomic<uint64_t>* w = t.payload(b, e);
+  for (uint32_t i = 0; i < t.s.payload_words; ++i) w[i].store(p.w[i], std::memory_order_release);
+  if (items_.variable()) t.lens(b, e).store(p.lens, std::memory_order_release);
+}
+
+void Hdnh::hot_release(const hot::Payload& p) {
+  if (!items_.variable() || p.is_inline() || p.w[0] == 0) return;
+  uint64_t ptr = p.w[0];
+  epochs_.retire([ptr] { delete reinterpret_cast<HotItem*>(ptr); });
+}
+
+void Hdnh::hot_free_now(const hot::Payload& p) const {
+  if (items_.variable() && !p.is_inline()) delete reinterpret_cast<HotItem*>(p.w[0]);
+}
+
+void Hdnh::hot_free_level(const Level& l) const {
+  if (!items_.variable() || !l.hot) return;
+  for (uint64_t b = 0; b < l.nbuckets; ++b)
+    for (int e = 0; e < cfg_.hot_slots; ++e)
+      if (l.hot.meta(b, e).load() & hot::kValid) hot_free_now(hot_load(l.hot, b, e));
+}
+
+std::string_view Hdnh::hot_key_bytes(const hot::Payload& p) const {
+  if (p.is_inline()) return p.inline_key();
+  if (p.w[0] == 0) return {};
+  return reinterpret_cast<const HotItem*>(p.w[0])->key;
+}
+
+void Hdnh::hot_value(const hot::Payload& p, std::string* value) const {
+  if (!items_.variable())
+    value->assign(reinterpret_cast<const char*>(&p.w[0]), 8);
+  else if (p.is_inline())
+    value->assign(p.inline_value());
+  else
+    value->assign(reinterpret_cast<const HotItem*>(p.w[0])->value);
+}
+
+bool Hdnh::hot_matches(uint64_t kw, const hot::Payload& p, const Hashed& k,
+                       std::string_view key) const {
+  if (kw != k.kw) return false;
+  return !items_.variable() || hot_key_bytes(p) == key;
 }
 
 // A busy (opmap) hot slot is being written: it is skipped, not waited for. Its holder is
 // the key's writer (which publishes only after the PM commit; a reader that goes on to the
-// OCF finds the record's slot locked and waits there) or a write evicting it.
+// OCF finds the record's slot locked and waits there) or a write evicting it. A miss reads
+// the bucket's first line only (meta and key words).
 bool Hdnh::hot_get(const LevelSet& set, const Hashed& k, std::string_view key, std::string* value) {
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
-    uint64_t base = hot_bucket(l, k) * cfg_.hot_slots;
+    uint64_t b = hot_bucket(l, k);
     for (int e = 0; e < cfg_.hot_slots; ++e) {
-      std::atomic<uint16_t>& meta = l.hot_meta[base + e];
+      std::atomic<uint16_t>& meta = l.hot.meta(b, e);
       for (;;) {
         uint16_t m1 = meta.load(std::memory_order_acquire);
         if (!(m1 & hot::kValid) || (m1 & hot::kBusy)) break;
-        uint64_t kw = l.hot_key[base + e].load(std::memory_order_acquire);
-        uint64_t vw = l.hot_value[base + e].load(std::memory_order_acquire);
+        uint64_t kw = l.hot.key(b, e).load(std::memory_order_acquire);
         if (kw != k.kw) {
           if ((meta.load(std::memory_order_acquire) | hot::kHot) != (m1 | hot::kHot)) continue;
           break;
         }
-        bool match = hot_matches(kw, vw, k, key);
-        if (match) {
-          if (items_.variable())
-            value->assign(reinterpret_cast<const HotItem*>(vw)->value);
-          else
-            value->assign(reinterpret_cast<const char*>(&vw), 8);
-        }
+        hot::Payload p;
+        if (!hot_snapshot(l.hot, b, e, m1, &p)) continue;
+        bool match = hot_matches(kw, p, k, key);
+        if (match) hot_value(p, value);
         if ((meta.load(std::memory_order_acquire) | hot::kHot) != (m1 | hot::kHot)) continue;
         if (!match) break;
         // RAFL: a searched item becomes hot. LRU: its stamp moves to now.
         if (cfg_.replacement == Replacement::kRafl) {
           if (!(m1 & hot::kHot)) meta.compare_exchange_strong(m1, m1 | hot::kHot);
         } else {
-          l.hot_stamp[base + e].store(clock_.fetch_add(1, std::memory_order_relaxed),
-                                      std::memory_order_relaxed);
+          l.hot_stamp[b * cfg_.hot_slots + e].store(clock_.fetch_add(1, std::memory_order_relaxed),
+                                                    std::memory_order_relaxed);
         }
         return true;
       }
@@ -76,30 +137,29 @@ void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view ke
   const int hs = cfg_.hot_slots;
   w->n = 0;
   w->evicts = false;
-  if (items_.variable())
-    w->vw = reinterpret_cast<uint64_t>(new HotItem{std::string(key), std::string(value)});
-  else
-    std::memcpy(&w->vw, value.data(), 8);
-  auto lock = [&](Level& l, uint64_t idx, uint16_t m, bool same_key) {
+  w->pay = hot_payload(key, value);
+  auto lock = [&](Level& l, uint64_t b, int e, uint16_t m, bool same_key) {
     if ((m & hot::kBusy) ||
-        !l.hot_meta[idx].compare_exchange_strong(m, m | hot::kBusy, std::memory_order_acquire))
+        !l.hot.meta(b, e).compare_exchange_strong(m, m | hot::kBusy, std::memory_order_acquire))
       return false;
-    w->t[w->n++] = {&l, idx, m, same_key};
+    w->t[w->n++] = {&l, b, e, m, same_key};
     return true;
   };
   // The key's copies. A busy slot is skipped: its holder is not a writer of this key (we
   // hold the key's lock), so it is a write that replaces the copy anyway.
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
-    uint64_t base = hot_bucket(l, k) * hs;
+    uint64_t b = hot_bucket(l, k);
     for (int e = 0; e < hs; ++e) {
       for (;;) {
-        uint16_t m = l.hot_meta[base + e].load(std::memory_order_acquire);
+        uint16_t m = l.hot.meta(b, e).load(std::memory_order_acquire);
         if (!(m & hot::kValid) || (m & hot::kBusy)) break;
-        if (!hot_matches(l.hot_key[base + e].load(std::memory_order_acquire),
-                         l.hot_value[base + e].load(std::memory_order_acquire), k, key))
-          break;
-        if (lock(l, base + e, m, true)) break;  // else it changed: look again
+        uint64_t kw = l.hot.key(b, e).load(std::memory_order_acquire);
+        if (kw != k.kw) break;
+        hot::Payload p;
+        if (!hot_snapshot(l.hot, b, e, m, &p)) continue;
+        if (!hot_matches(kw, p, k, key)) break;
+        if (lock(l, b, e, m, true)) break;  // else it changed: look again
       }
     }
   }
@@ -110,35 +170,35 @@ void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view ke
   if (set.n == 3) order[0] = set.lv[2], order[1] = set.lv[0], order[2] = set.lv[1], n = 3;
   for (int i = 0; i < n; ++i) {
     Level& l = *order[i];
-    uint64_t base = hot_bucket(l, k) * hs;
+    uint64_t b = hot_bucket(l, k);
     for (int e = 0; e < hs; ++e) {
-      uint16_t m = l.hot_meta[base + e].load(std::memory_order_acquire);
-      if (!(m & (hot::kValid | hot::kBusy)) && lock(l, base + e, m, false)) return;
+      uint16_t m = l.hot.meta(b, e).load(std::memory_order_acquire);
+      if (!(m & (hot::kValid | hot::kBusy)) && lock(l, b, e, m, false)) return;
     }
   }
   // Replacement in the first level's bucket.
   Level& l = *order[0];
-  uint64_t base = hot_bucket(l, k) * hs;
+  uint64_t b = hot_bucket(l, k);
   for (int attempt = 0; attempt < 8; ++attempt) {
     int victim = -1;
     if (cfg_.replacement == Replacement::kLru) {
       uint64_t oldest = ~uint64_t{0};
       for (int e = 0; e < hs; ++e) {
-        uint64_t st = l.hot_stamp[base + e].load(std::memory_order_relaxed);
+        uint64_t st = l.hot_stamp[b * hs + e].load(std::memory_order_relaxed);
         if (st < oldest) oldest = st, victim = e;
       }
     } else {
       // RAFL (Fig. 6): a cold item if there is one; else a random one, and every hotmap bit
       // of the bucket is cleared.
       for (int e = 0; e < hs && victim < 0; ++e)
-        if (!(l.hot_meta[base + e].load(std::memory_order_relaxed) & hot::kHot)) victim = e;
+        if (!(l.hot.meta(b, e).load(std::memory_order_relaxed) & hot::kHot)) victim = e;
       if (victim < 0) {
         victim = static_cast<int>(next_random() % hs);
-        for (int e = 0; e < hs; ++e) l.hot_meta[base + e].fetch_and(uint16_t(~hot::kHot));
+        for (int e = 0; e < hs; ++e) l.hot.meta(b, e).fetch_and(uint16_t(~hot::kHot));
       }
     }
-    uint16_t m = l.hot_meta[base + victim].load(std::memory_order_acquire);
-    if (lock(l, base + victim, m, false)) {
+    uint16_t m = l.hot.meta(b, victim).load(std::memory_order_acquire);
+    if (lock(l, b, victim, m, false)) {
       w->evicts = (m & hot::kValid) != 0;
       return;
     }
@@ -149,22 +209,23 @@ void Hdnh::hot_prepare(const LevelSet& set, const Hashed& k, std::string_view ke
 // copies are dropped; every slot is unlocked with its version moved.
 void Hdnh::hot_publish(const Hashed& k, HotWrite& w) {
   if (w.n == 0) {  // no slot: the copy was never visible
-    if (items_.variable()) delete reinterpret_cast<HotItem*>(w.vw);
+    hot_free_now(w.pay);
     return;
   }
   for (int i = 0; i < w.n; ++i) {
     const HotTarget& t = w.t[i];
     Level& l = *t.level;
-    uint64_t old = l.hot_value[t.idx].load(std::memory_order_relaxed);
+    hot::Payload old = hot_load(l.hot, t.bucket, t.e);
     auto next = static_cast<uint16_t>((t.meta + hot::kVersionOne) & ~7u);
     if (i == 0) {
-      // Release: a reader that loads the new value word also sees the hot item it points to.
-      l.hot_key[t.idx].store(k.kw, std::memory_order_release);
-      l.hot_value[t.idx].store(w.vw, std::memory_order_release);
-      if (l.hot_stamp) l.hot_stamp[t.idx].store(clock_.fetch_add(1), std::memory_order_relaxed);
+      // Release: a reader that loads the new payload also sees the hot item it points to.
+      hot_store(l.hot, t.bucket, t.e, k.kw, w.pay);
+      if (l.hot_stamp)
+        l.hot_stamp[t.bucket * cfg_.hot_slots + t.e].store(clock_.fetch_add(1),
+                                                           std::memory_order_relaxed);
       next |= hot::kValid | (t.same_key ? (t.meta & hot::kHot) : 0);
     }
-    l.hot_meta[t.idx].store(next, std::memory_order_release);
+    l.hot.meta(t.bucket, t.e).store(next, std::memory_order_release);
     if (t.meta & hot::kValid) hot_release(old);  // unpublished above, freed after an epoch
   }
   if (w.evicts) hot_evictions_.fetch_add(1, std::memory_order_relaxed);
@@ -175,17 +236,20 @@ void Hdnh::hot_publish(const Hashed& k, HotWrite& w) {
 void Hdnh::hot_remove(const LevelSet& set, const Hashed& k, std::string_view key) {
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
-    uint64_t base = hot_bucket(l, k) * cfg_.hot_slots;
+    uint64_t b = hot_bucket(l, k);
     for (int e = 0; e < cfg_.hot_slots; ++e) {
-      std::atomic<uint16_t>& meta = l.hot_meta[base + e];
+      std::atomic<uint16_t>& meta = l.hot.meta(b, e);
       for (;;) {
         uint16_t m = meta.load(std::memory_order_acquire);
         if (!(m & hot::kValid) || (m & hot::kBusy)) break;
-        uint64_t vw = l.hot_value[base + e].load(std::memory_order_acquire);
-        if (!hot_matches(l.hot_key[base + e].load(std::memory_order_acquire), vw, k, key)) break;
+        uint64_t kw = l.hot.key(b, e).load(std::memory_order_acquire);
+        if (kw != k.kw) break;
+        hot::Payload p;
+        if (!hot_snapshot(l.hot, b, e, m, &p)) continue;
+        if (!hot_matches(kw, p, k, key)) break;
         if (!meta.compare_exchange_strong(m, static_cast<uint16_t>((m + hot::kVersionOne) & ~7u)))
           continue;
-        hot_release(vw);
+        hot_release(p);
         break;
       }
     }

@@ -75,13 +75,15 @@ Level* Hdnh::make_level(uint64_t off, uint64_t segments) {
   l->buckets = pool_.ptr<Bucket>(off);
   l->segments = segments;
   l->nbuckets = segments * m_;
-  l->ocf.reset(new std::atomic<uint16_t>[l->nbuckets * kSlots]());
+  // Zeroed pages (all-zero atomics), first touched by whoever writes them.
+  l->ocf = static_cast<std::atomic<uint16_t>*>(
+      hot::zeroed_pages(l->nbuckets * kSlots * sizeof(uint16_t)));
   if (cfg_.replacement != Replacement::kOff) {
-    uint64_t n = l->nbuckets * uint64_t(cfg_.hot_slots);
-    l->hot_meta.reset(new std::atomic<uint16_t>[n]());
-    l->hot_key.reset(new std::atomic<uint64_t>[n]());
-    l->hot_value.reset(new std::atomic<uint64_t>[n]());
-    if (cfg_.replacement == Replacement::kLru) l->hot_stamp.reset(new std::atomic<uint64_t>[n]());
+    l->hot.s = hot::shape(cfg_.hot_slots, items_.variable());
+    l->hot.bytes = l->nbuckets * l->hot.s.stride;
+    l->hot.base = static_cast<char*>(hot::zeroed_pages(l->hot.bytes));
+    if (cfg_.replacement == Replacement::kLru)
+      l->hot_stamp.reset(new std::atomic<uint64_t>[l->nbuckets * uint64_t(cfg_.hot_slots)]());
   }
   return l;
 }
@@ -127,30 +129,17 @@ Hdnh::Candidates Hdnh::candidates(const Level& l, const Hashed& k) const {
   return c;
 }
 
-void Hdnh::commit_bitmap(Bucket& b, uint64_t set, uint64_t clear, const pm::Reservation* publish,
-                         uint64_t free_off) {
-  const pm::Persister& p = pool_.persister();
-  if (!items_.variable()) {
-    // Slot writers of one bucket change disjoint bits: an atomic RMW, persisted.
-    std::atomic_ref<uint64_t> w(b.bitmap);
-    if (set != 0 && clear != 0)
-      w.fetch_xor(set | clear);  // update: old and new bits flip in one store (§3.6)
-    else if (set != 0)
-      w.fetch_or(set);
-    else
-      w.fetch_and(~clear);
-    p.persist(&b.bitmap, 8);
-    return;
-  }
-  // The variable format commits the bitmap with the item's allocation or free in one redo
-  // log; the log applies a plain store, so writers of one bucket serialize here.
-  std::atomic<uint32_t>& bl = bucket_locks_[(pool_.offset(&b) / sizeof(Bucket)) & (kStripes - 1)];
-  StripeLock g(bl);
-  pm::Tx tx(alloc_);
-  if (publish != nullptr) tx.publish(*publish);
-  tx.store(&b.bitmap, (load_word(b.bitmap) | set) & ~clear);
-  if (free_off != 0) tx.free(free_off);
-  tx.commit();
+// Slot writers of one bucket change disjoint bits: one atomic RMW, persisted (both formats:
+// a variable item's allocation is not logged, see Hdnh::open's sweep).
+void Hdnh::commit_bitmap(Bucket& b, uint64_t set, uint64_t clear) {
+  std::atomic_ref<uint64_t> w(b.bitmap);
+  if (set != 0 && clear != 0)
+    w.fetch_xor(set | clear);  // update: old and new bits flip in one store (§3.6)
+  else if (set != 0)
+    w.fetch_or(set);
+  else
+    w.fetch_and(~clear);
+  pool_.persister().persist(&b.bitmap, 8);
 }
 
 }  // namespace pmhash::hdnh

@@ -16,7 +16,7 @@ using common::store_word;
 using namespace detail;
 
 Status Hdnh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
-  (void)clean;  // §3.7: both cases rebuild the DRAM structures; a crash may add resize work
+  // §3.7: both cases rebuild the DRAM structures; a crash may add resize work, and a sweep.
   Config cfg;
   Status s = parse_config(ctx.runtime, &cfg);
   if (!s.ok()) return s;
@@ -36,6 +36,10 @@ Status Hdnh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) 
         r.rehash_progress > r.bottom.segments * m)))
     return {Code::kCorrupted, "hdnh: levels missing or damaged"};
   auto h = std::make_unique<Hdnh>(ctx, ctx.pool.root(), cfg);
+  // Variable items are allocated and freed without a log (pm::Allocator::mark/unmark): after
+  // a crash, the items no live slot references (written but not published, or unpublished
+  // but not yet unmarked) are freed before any operation (docs/crash-testing.md).
+  if (!clean && ctx.items.variable()) sweep_after_crash(ctx, *h);
   if (r.resizing_flag) {
     // §3.7: an interrupted resize is finished first (level_number 2: attach the new level
     // again; 3: continue rehashing at the recorded bucket).
@@ -100,6 +104,15 @@ unsigned Hdnh::hot_partition(const LevelSet& set, const Hashed& k, unsigned nt) 
   return static_cast<unsigned>(hot_bucket(smallest, k) * nt / smallest.nbuckets);
 }
 
+#ifdef PMHASH_CRASH_HOOKS
+uint64_t Hdnh::test_hot_bucket(std::string_view key, int level) const {
+  return hot_bucket(*levels_.load()->lv[level], hashed(key));
+}
+unsigned Hdnh::test_hot_partition(std::string_view key, unsigned nt) const {
+  return hot_partition(*levels_.load(), hashed(key), nt);
+}
+#endif
+
 // Thread t's share of the traversal: the OCF entries of its buckets (every level's buckets
 // split in nt ranges), and the records, sorted by hot partition, for the hot table.
 int64_t Hdnh::rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt,
@@ -137,15 +150,13 @@ void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned 
   constexpr size_t kAhead = 8;  // records whose hot buckets are prefetched
   pm::Epochs::Guard guard(epochs_, threads_.id());
   const Level& first = *set.lv[0];
-  const uint64_t hs = uint64_t(cfg_.hot_slots);
   for (const auto& per_thread : found) {
     const std::vector<HotRecord>& recs = per_thread[p];
     for (size_t i = 0; i < recs.size(); ++i) {
-      if (i + kAhead < recs.size()) {
-        uint64_t idx = hot_bucket(first, Hashed{recs[i + kAhead].h1, 0, 0, 0}) * hs;
-        __builtin_prefetch(&first.hot_meta[idx], 1);
-        __builtin_prefetch(&first.hot_key[idx], 1);
-        __builtin_prefetch(&first.hot_value[idx], 1);
+      if (i + kAhead < recs.size()) {  // the bucket's head line (meta, keys) and payload
+        uint64_t b = hot_bucket(first, Hashed{recs[i + kAhead].h1, 0, 0, 0});
+        __builtin_prefetch(first.hot.line0(b), 1);
+        __builtin_prefetch(first.hot.payload(b, 0), 1);
       }
       hot_place(set, recs[i]);
     }
@@ -154,22 +165,21 @@ void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned 
 
 // One record into the first empty slot of its hot buckets, top level first.
 void Hdnh::hot_place(const LevelSet& set, const HotRecord& r) {
-  const int hs = cfg_.hot_slots;
   for (int j = 0; j < set.n; ++j) {
     Level& l = *set.lv[j];
-    uint64_t base = hot_bucket(l, Hashed{r.h1, 0, 0, 0}) * hs;
-    for (int e = 0; e < hs; ++e) {
-      if (l.hot_meta[base + e].load(std::memory_order_relaxed) != 0) continue;
-      uint64_t vw = r.vw;  // fixed: the value itself
+    uint64_t b = hot_bucket(l, Hashed{r.h1, 0, 0, 0});
+    for (int e = 0; e < cfg_.hot_slots; ++e) {
+      if (l.hot.meta(b, e).load(std::memory_order_relaxed) != 0) continue;
+      hot::Payload p;
+      p.w[0] = r.vw;  // fixed: the value itself
       if (items_.variable()) {
+        std::string_view key;
         std::string value;
-        if (!items_.read_value(r.vw, &value)) return;
-        vw = reinterpret_cast<uint64_t>(
-            new HotItem{items_.slot_key_bytes(Slot{r.kw, r.vw}), std::move(value)});
+        if (!items_.item_key(r.vw, &key) || !items_.read_value(r.vw, &value)) return;
+        p = hot_payload(key, value);
       }
-      l.hot_key[base + e].store(r.kw, std::memory_order_relaxed);
-      l.hot_value[base + e].store(vw, std::memory_order_relaxed);
-      l.hot_meta[base + e].store(hot::kVersionOne | hot::kValid, std::memory_order_relaxed);
+      hot_store(l.hot, b, e, r.kw, p);
+      l.hot.meta(b, e).store(hot::kVersionOne | hot::kValid, std::memory_order_relaxed);
       return;
     }
   }

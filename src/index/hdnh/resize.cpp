@@ -81,13 +81,8 @@ Status Hdnh::rehash() {
   tx.store(&root_->level_number, 2);
   tx.store(&root_->resizing_flag, 0);
   tx.commit();
-  bool variable = items_.variable();
-  int hs = cfg_.hot_slots;
-  epochs_.retire([bottom, variable, hs] {
-    if (variable && bottom->hot_meta)
-      for (uint64_t j = 0; j < bottom->nbuckets * uint64_t(hs); ++j)
-        if (bottom->hot_meta[j].load() & hot::kValid)
-          delete reinterpret_cast<HotItem*>(bottom->hot_value[j].load());
+  epochs_.retire([this, bottom] {
+    hot_free_level(*bottom);
     delete bottom;
   });
   resizes_.fetch_add(1);
