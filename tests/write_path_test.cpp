@@ -181,8 +181,8 @@ TEST_P(WritePathTest, Hdnh) {
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
   idx->impl()->alloc->spares().set_batch_bytes(256 * 64);  // one refill: the warm-up's
-  const int n = 40;                                    // of 48 slots
-  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word: once
+  const int n = 40;                                        // of 48 slots
+  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());      // the item slab's chunk word: once
   ASSERT_TRUE(idx->remove(key(n)).ok());
   int inserts = 0;
   for (int i = 0; i < n; ++i) {
