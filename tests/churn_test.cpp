@@ -26,7 +26,8 @@ std::map<std::string, std::string> churn_params(const std::string& scheme) {
   if (scheme == "smartht") return {{"buckets", b ? b : "512"}};  // ~10 keys per head bucket
   if (scheme == "wophi") return {{"buckets", b ? b : "2048"}};   // ~2.5 keys per main bucket
   if (scheme == "turbohash") return {{"shards", b ? b : "4"}};
-  return {};
+  if (scheme == "pmeh") return {{"segment_bytes", "2048"}, {"zones", "1"}};  // splits under load
+  return {};  // HDNH: levels sized by the capacity hint
 }
 
 class SpaceUnderChurn : public ::testing::TestWithParam<ChurnCase> {};
@@ -100,12 +101,17 @@ TEST_P(SpaceUnderChurn, PmBytesPerKeyStayWithinOneAndAHalfTimesTheLoad) {
   EXPECT_TRUE(idx->check(&report).ok()) << report;
 }
 
+// LineHT is not listed: its fixed format ends at 1.56x here (a shard whose probe window is
+// full doubles even with free slots elsewhere, and churn moves the keys' homes), above the
+// 1.5x target; its variable format ends at 1.17x. Open in issues 18/19 (docs/RESULTS.md).
 INSTANTIATE_TEST_SUITE_P(
     Schemes, SpaceUnderChurn,
     ::testing::Values(ChurnCase{"smartht", Format::kFixed}, ChurnCase{"smartht", Format::kVariable},
                       ChurnCase{"wophi", Format::kFixed}, ChurnCase{"wophi", Format::kVariable},
                       ChurnCase{"turbohash", Format::kFixed},
-                      ChurnCase{"turbohash", Format::kVariable}),
+                      ChurnCase{"turbohash", Format::kVariable}, ChurnCase{"hdnh", Format::kFixed},
+                      ChurnCase{"hdnh", Format::kVariable}, ChurnCase{"pmeh", Format::kFixed},
+                      ChurnCase{"pmeh", Format::kVariable}),
     [](const auto& info) { return info.param.scheme + "_" + format_name(info.param.format); });
 
 }  // namespace
