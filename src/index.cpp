@@ -179,9 +179,11 @@ void IndexImpl::close() {
   // The count a clean reopen checks the buckets against (taken while the scheme still runs:
   // SmartHT's size() may wait for its filter rebuild).
   uint64_t live = pool->read_only() ? 0 : scheme->size();
+  // Spares (pm::SpareBlocks) back first: no call is in flight and no background worker
+  // takes them, and what the scheme's close allocates may need their room.
+  alloc->spares().give_back();
   if (!pool->read_only()) scheme->close();  // a private mapping: nothing to save
   scheme->stop();
-  alloc->spares().give_back();  // before the drain: their reuse goes through the epochs
   epochs->drain();
   if (!pool->read_only()) {
     alloc->write_back();  // the frees pm::Allocator::unmark left unflushed

@@ -69,7 +69,7 @@ class WritePathTest : public ::testing::TestWithParam<Format> {
     ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
     // Spare blocks (pm::SpareBlocks) in batches large enough that the warm-up's refill is
     // the only one in this run: every write below is counted without a batch.
-    idx->impl()->alloc->spares().set_batch_bytes(256 * 64);
+    idx->impl()->alloc->spares().set_batch_blocks(256);
     const int n = 8 * slots;
     // The first item of a size class also persists its new slab's chunk word (once per
     // slab, not per write) and refills the spares: not counted here.
@@ -144,7 +144,7 @@ TEST_P(WritePathTest, LineHT) {
   o.params = {{"shards", "1"}, {"buckets", "64"}};
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
-  idx->impl()->alloc->spares().set_batch_bytes(256 * 64);  // one refill: the warm-up's
+  idx->impl()->alloc->spares().set_batch_blocks(256);  // one refill: the warm-up's
   const int n = 48;  // a quarter of the 192 slots: no key beyond its probe bound
   ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word, once
   ASSERT_TRUE(idx->remove(key(n)).ok());
@@ -180,9 +180,9 @@ TEST_P(WritePathTest, Hdnh) {
   TempPool p;
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
-  idx->impl()->alloc->spares().set_batch_bytes(256 * 64);  // one refill: the warm-up's
-  const int n = 40;                                        // of 48 slots
-  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());      // the item slab's chunk word: once
+  idx->impl()->alloc->spares().set_batch_blocks(256);  // one refill: the warm-up's
+  const int n = 40;                                    // of 48 slots
+  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word: once
   ASSERT_TRUE(idx->remove(key(n)).ok());
   int inserts = 0;
   for (int i = 0; i < n; ++i) {
@@ -209,6 +209,25 @@ TEST_P(WritePathTest, Hdnh) {
   }
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+}
+
+// Spare blocks come 16 to a refill whatever their size: a 600-byte item (a 1 KiB block)
+// pays 1/16 of a refill fence, not one fence per write (a batch counted in bytes once gave
+// such blocks one per refill: 3 fences per insert instead of 2).
+TEST(SpareBlocks, LargeItemsShareARefillFence) {
+  TempPool p;
+  Options o = small_options("smartht", Format::kVariable);
+  o.params = {{"buckets", "1024"}, {"filter_keys", "1000"}};
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  const std::string big(600, 'v');
+  ASSERT_TRUE(idx->insert("warm-up", big).ok());  // the slab's chunk word and first refill
+  const int n = 64;
+  Cost c = cost_of([&] {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert("key" + std::to_string(i), big).ok());
+  });
+  EXPECT_LE(c.fences, uint64_t{2 * n + n / 16 + 1});
+  EXPECT_EQ(idx->impl()->alloc->spares().refills(), uint64_t{1 + n / 16});
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, WritePathTest,

@@ -21,7 +21,7 @@ Reservation SpareBlocks::take(uint64_t bytes) {
 
 // Under mu_. What the pool has, up to a batch; one fence makes every bit durable.
 void SpareBlocks::refill(uint64_t block, std::vector<Reservation>* stock) {
-  for (uint64_t n = 0; n < std::max<uint64_t>(1, batch_bytes_ / block); ++n) {
+  for (uint64_t n = 0; n < batch_blocks_; ++n) {
     Reservation r = alloc_.reserve(block);
     if (!r) break;
     stock->push_back(r);

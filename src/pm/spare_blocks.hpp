@@ -3,8 +3,9 @@
 // A write path that publishes a fresh block (SmartHT's chained bucket, a variable-format
 // item) pays, with Allocator::mark(), one more flushed line per write: the block's
 // allocation bit. Taking the block from a stock marked earlier moves that line off the write
-// path: a refill reserves a batch of blocks of one size (1 KiB of them), sets their bits,
-// flushes each bitmap line once (neighbouring blocks share one) and fences once. The write
+// path: a refill reserves a batch of 16 blocks of one size, sets their bits, flushes each
+// bitmap line once (neighbouring blocks share one) and fences once: 1/16 of a fence per
+// write, whatever the block size. The write
 // path then persists only the block and the store that publishes it.
 //
 // A crash leaves the untaken spares allocated and unreachable: only for schemes whose
@@ -36,15 +37,15 @@ class SpareBlocks {
   // Clean close (nothing reachable points to a spare): every spare unmarked.
   void give_back();
   void for_each(const std::function<void(uint64_t off)>& fn) const;
-  // Bytes of blocks per refill (tests make it larger to see no refill in a run).
-  void set_batch_bytes(uint64_t b) { batch_bytes_ = b; }
+  // Blocks per refill (tests make it larger to see no refill in a run).
+  void set_batch_blocks(uint64_t n) { batch_blocks_ = n; }
   uint64_t refills() const;
 
  private:
   void refill(uint64_t block, std::vector<Reservation>* stock);
 
   Allocator& alloc_;
-  uint64_t batch_bytes_ = 1024;
+  uint64_t batch_blocks_ = 16;
   mutable std::mutex mu_;
   std::map<uint64_t, std::vector<Reservation>> stock_;  // by block size
   uint64_t refills_ = 0;
