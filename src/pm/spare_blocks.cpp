@@ -11,7 +11,7 @@ Reservation SpareBlocks::take(uint64_t bytes) {
   if (bytes > kMaxBlock) return {};
   uint64_t block = std::bit_ceil(std::max(bytes, kMinBlock));
   std::lock_guard<std::mutex> g(mu_);
-  std::vector<Reservation>& stock = stock_[block];
+  std::vector<Reservation>& stock = stock_[std::countr_zero(block / kMinBlock)];
   if (stock.empty()) refill(block, &stock);
   if (stock.empty()) return {};
   Reservation r = stock.back();
@@ -34,14 +34,15 @@ void SpareBlocks::refill(uint64_t block, std::vector<Reservation>* stock) {
 
 void SpareBlocks::give_back() {
   std::lock_guard<std::mutex> g(mu_);
-  for (auto& [block, stock] : stock_)
+  for (auto& stock : stock_) {
     for (const Reservation& r : stock) alloc_.unmark(r.off);
-  stock_.clear();
+    stock.clear();
+  }
 }
 
 void SpareBlocks::for_each(const std::function<void(uint64_t off)>& fn) const {
   std::lock_guard<std::mutex> g(mu_);
-  for (auto& [block, stock] : stock_)
+  for (auto& stock : stock_)
     for (const Reservation& r : stock) fn(r.off);
 }
 

@@ -14,9 +14,9 @@
 // reports them as owned, so check()'s allocated == reachable holds.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <vector>
 
@@ -47,7 +47,9 @@ class SpareBlocks {
   Allocator& alloc_;
   uint64_t batch_blocks_ = 16;
   mutable std::mutex mu_;
-  std::map<uint64_t, std::vector<Reservation>> stock_;  // by block size
+  // By block size: stock_[i] holds blocks of 64 << i bytes (64 .. kMaxBlock).
+  std::array<std::vector<Reservation>, 5> stock_;
+  static_assert(uint64_t{64} << 4 == kMaxBlock);
   uint64_t refills_ = 0;
 };
 

@@ -59,6 +59,19 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
                              const std::vector<std::string>& schemes_list, double scale, bool* ok) {
   std::vector<RunConfig> v;
   auto n = [&](uint64_t x) { return std::max<uint64_t>(1000, uint64_t(double(x) * scale)); };
+  // The DRAM reference tables (abseil, libcuckoo), 2 threads, the suites' four workloads.
+  auto dram_references = [&](uint64_t keys, uint64_t ops) {
+    for (std::string var : {"dram", "cuckoo"}) {
+      RunConfig d = base;
+      d.variant = var;
+      d.threads = 2;
+      d.keys = keys;
+      d.ops = ops;
+      d.workloads = {"read", "negread", "update", "delete"};
+      d.recovery = false;
+      v.push_back(d);
+    }
+  };
   *ok = true;
   if (name == "quick") {
     for (auto& s : schemes_list)
@@ -73,15 +86,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.workloads = {"read", "negread", "update", "delete"};
         v.push_back(c);
       }
-    for (std::string var : {"dram", "cuckoo"}) {
-      RunConfig d = base;
-      d.variant = var;
-      d.threads = 2;
-      d.keys = n(10'000'000);
-      d.ops = n(5'000'000);
-      d.workloads = {"read", "negread", "update", "delete"};
-      v.push_back(d);
-    }
+    dram_references(n(10'000'000), n(5'000'000));
     for (auto& c : v) c.limit = true;
   } else if (name == "compare") {
     // docs/RESULTS.md's cross-scheme table: every scheme, fixed 8/8 and variable 16/16,
@@ -134,16 +139,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.recovery = hint;
         v.push_back(c);
       }
-    for (std::string var : {"dram", "cuckoo"}) {
-      RunConfig d = base;
-      d.variant = var;
-      d.threads = 2;
-      d.keys = n(20'000'000);
-      d.ops = n(10'000'000);
-      d.workloads = {"read", "negread", "update", "delete"};
-      d.recovery = false;
-      v.push_back(d);
-    }
+    dram_references(n(20'000'000), n(10'000'000));
     for (auto& c : v) c.limit = true;
   } else if (name == "smartht") {
     // Figs. 5-6: insert (load), positive read, negative read, delete; 1 and 2 threads;

@@ -453,31 +453,28 @@ Status TurboHash::resize(uint32_t shard, bool same_size) {
   return Status::Ok();
 }
 
-uint64_t TurboHash::size() const {
-  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
+// Sums f(metadata word) over every bucket of every shard (under an epoch guard: shards may
+// be resized and freed meanwhile).
+template <class F>
+uint64_t TurboHash::sum_over_buckets(F f) const {
+  pm::Epochs::Guard guard(epochs_, threads_.id());
   uint64_t total = 0;
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
     const Bucket* b0 = shard_buckets(packed);
-    for (uint64_t i = 0; i < packed_count(packed); ++i)
-      total += std::popcount(Bucket::live(b0[i].load_meta()));
+    for (uint64_t i = 0; i < packed_count(packed); ++i) total += f(b0[i].load_meta());
   }
   return total;
 }
 
+uint64_t TurboHash::size() const {
+  return sum_over_buckets([](uint64_t m) { return std::popcount(Bucket::live(m)); });
+}
+
 // Deleted slots in the whole table now (a walk of the metadata words, as size()).
 uint64_t TurboHash::deleted_slots_now() const {
-  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
-  uint64_t total = 0;
-  for (uint64_t s = 0; s < nshards_; ++s) {
-    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
-    const Bucket* b0 = shard_buckets(packed);
-    for (uint64_t i = 0; i < packed_count(packed); ++i) {
-      uint64_t m = b0[i].load_meta();
-      total += std::popcount(Bucket::deleted(m) & Bucket::valid(m));
-    }
-  }
-  return total;
+  return sum_over_buckets(
+      [](uint64_t m) { return std::popcount(Bucket::deleted(m) & Bucket::valid(m)); });
 }
 
 uint64_t TurboHash::capacity_slots() const {

@@ -101,6 +101,8 @@ class TurboHash final : public Scheme {
   uint64_t& deleted_slots(ShardMirror& sm) const;
   bool gc_due(ShardMirror& sm, uint64_t divisor) const;
   uint64_t deleted_slots_now() const;
+  template <class F>
+  uint64_t sum_over_buckets(F f) const;
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
   void test_pause_after_retire() const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
