@@ -78,11 +78,12 @@ bench-suite: build/release/pmhash-bench
 	$(PYTHON) bench/plot.py results/$(SUITE).json --out results/$(SUITE).png
 
 # docs/RESULTS.md's data and figures: the cross-scheme comparisons (compare: 1M keys, every
-# setup; large: 20M keys, pre-sized and growing) at full size and every
-# paper's suite scaled by RESULTS_SCALE, each run RESULTS_REPEAT times (medians, min-max).
+# setup; large: 20M keys, pre-sized and growing; writes: flushes and fences per write; churn:
+# space under churn) at full size and every paper's suite scaled by RESULTS_SCALE (rows
+# whose size is the point are not scaled), each run RESULTS_REPEAT times (medians, min-max).
 RESULTS_SCALE ?= 0.2
 RESULTS_REPEAT ?= 3
-RESULTS_SUITES ?= compare large turbohash smartht wophi hdnh pmeh
+RESULTS_SUITES ?= compare large writes churn turbohash smartht wophi hdnh pmeh
 results: build/release/pmhash-bench
 	mkdir -p docs/results
 	for s in $(RESULTS_SUITES); do \

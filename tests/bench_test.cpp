@@ -477,6 +477,35 @@ TEST(BenchDist, LoadAndDeleteOrderFollowTheDistribution) {
   }
 }
 
+// Insert (new ids after the loaded ones) is an order too: each new id once, the hot ranks of
+// the distribution over the inserted ids first (WOPHI Fig. 7's YCSB INSERT dataset).
+TEST(BenchDist, InsertOrderFollowsTheDistribution) {
+  constexpr uint64_t kNew = 2000;
+  std::map<std::string, OrderShape> s;
+  for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
+    auto ops = traced(d, {"insert"}, kKeys, kNew);
+    std::vector<uint64_t> order;  // the inserted ids, as offsets from the first new id
+    for (size_t i = kKeys; i < ops.size(); ++i) {
+      ASSERT_EQ(ops[i].op, 'i') << d;
+      ASSERT_GE(ops[i].id, kKeys) << d;  // never a loaded id
+      order.push_back(ops[i].id - kKeys);
+    }
+    ASSERT_EQ(order.size(), kNew) << d;
+    ASSERT_EQ(std::set<uint64_t>(order.begin(), order.end()).size(), kNew) << d;  // each once
+    // The distribution's own heat over the new ids: rank r is id RankMap(kNew).id(r).
+    bench::RankMap map(kNew);
+    std::vector<uint64_t> heat;  // "reads", hottest rank drawn most
+    for (uint64_t r = 0; r < kNew / 5; ++r)
+      for (uint64_t k = 0; k < kNew / 5 - r; ++k) heat.push_back(map.id(r));
+    s[d] = order_shape(order, heat, kNew);
+  }
+  EXPECT_NEAR(s["uniform"].hot_first, 0.2, 0.06);  // id order: unrelated to the ranks
+  EXPECT_GT(s["uniform"].top_pos, 0.05);
+  EXPECT_LT(s["zipfian:0.99"].top_pos, 0.05);  // the hottest rank is inserted early
+  EXPECT_GT(s["zipfian:0.99"].hot_first, 0.4);
+  EXPECT_GT(s["selfsimilar:0.2"].hot_first, 0.4);
+}
+
 // --routed (PMEH Fig. 14): every operation is issued by the worker owning its key's
 // partition (the owner from a second index with the same partitioning; concurrency=partition
 // also refuses a foreign write, so every op must succeed), the two workers own different
@@ -571,7 +600,9 @@ TEST(BenchDist, RefusesWhatItDoesNotHonour) {
     uint64_t keys;
   };
   for (const Case& c : {Case{"zipfian:0.99", "lfsweep", 0}, Case{"selfsimilar:0.2", "lfsweep", 0},
-                        Case{"latest", "negread", 100}, Case{"latest", "delete", 100}}) {
+                        Case{"latest", "negread", 100}, Case{"latest", "delete", 100},
+                        Case{"zipfian:0.99", "reload", 100}, Case{"zipfian:0.99", "churn", 100},
+                        Case{"selfsimilar:0.2", "churn", 100}}) {
     std::string err;
     auto ops = traced(c.dist, {c.workload}, c.keys, 100, &err);
     EXPECT_NE(err.find("'" + c.workload + "'"), std::string::npos)
@@ -583,6 +614,12 @@ TEST(BenchDist, RefusesWhatItDoesNotHonour) {
   uint64_t recent = 0;
   for (uint64_t id : reads) recent += id >= kKeys - kKeys / 5;
   EXPECT_GT(double(recent) / double(reads.size()), 0.5);
+  // YCSB-D reads draw from latest too, whatever the run's --dist (its inserts add new ids).
+  auto dreads = draws(traced("zipfian:0.99", {"ycsb-d"}, kKeys, kOps), kKeys, "g");
+  ASSERT_GT(dreads.size(), kOps / 2);
+  uint64_t drecent = 0;
+  for (uint64_t id : dreads) drecent += id >= kKeys - kKeys / 5;
+  EXPECT_GT(double(drecent) / double(dreads.size()), 0.5);
   // YCSB-D names its own distribution (latest) and its row says so in key_dist.
   bench::RunConfig c;
   c.variant = "dram";

@@ -84,6 +84,8 @@ bool honours(const std::string& w, const DistSpec& d, std::string* why) {
     bad = "reload deletes every loaded key and reads uniformly (TurboHash Figs. 11/12)";
   else if (w == "lfsweep" && !uniform)
     bad = "lfsweep inserts in id order and reads uniformly (the papers' load-factor sweeps)";
+  else if (w == "churn" && !uniform)
+    bad = "churn inserts and deletes uniformly random keys (space under churn, issue 18)";
   else if (w == "delete" && latest)
     bad = "delete touches every key once in an order; 'latest' defines none";
   else if (w == "negread" && latest)
