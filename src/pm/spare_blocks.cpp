@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <thread>
 
 #include "pm/allocator.hpp"
 
@@ -10,8 +11,9 @@ namespace pmhash::pm {
 Reservation SpareBlocks::take(uint64_t bytes) {
   if (bytes > kMaxBlock) return {};
   uint64_t block = std::bit_ceil(std::max(bytes, kMinBlock));
-  std::lock_guard<std::mutex> g(mu_);
-  std::vector<Reservation>& stock = stock_[std::countr_zero(block / kMinBlock)];
+  Stripe& s = mine();
+  std::lock_guard<std::mutex> g(s.mu);
+  std::vector<Reservation>& stock = s.stock[std::countr_zero(block / kMinBlock)];
   if (stock.empty()) refill(block, &stock);
   if (stock.empty()) return {};
   Reservation r = stock.back();
@@ -19,7 +21,11 @@ Reservation SpareBlocks::take(uint64_t bytes) {
   return r;
 }
 
-// Under mu_. What the pool has, up to a batch; one fence makes every bit durable.
+SpareBlocks::Stripe& SpareBlocks::mine() {
+  return stripes_[std::hash<std::thread::id>{}(std::this_thread::get_id()) % kStripes];
+}
+
+// Under the stripe's lock. What the pool has, up to a batch; one fence makes every bit durable.
 void SpareBlocks::refill(uint64_t block, std::vector<Reservation>* stock) {
   for (uint64_t n = 0; n < batch_blocks_; ++n) {
     Reservation r = alloc_.reserve(block);
@@ -29,26 +35,29 @@ void SpareBlocks::refill(uint64_t block, std::vector<Reservation>* stock) {
   if (stock->empty()) return;
   alloc_.mark(*stock);
   alloc_.pool().persister().fence();
-  ++refills_;
+  refills_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void SpareBlocks::give_back() {
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto& stock : stock_) {
-    for (const Reservation& r : stock) alloc_.unmark(r.off);
-    stock.clear();
+  for (Stripe& s : stripes_) {
+    std::lock_guard<std::mutex> g(s.mu);
+    for (auto& stock : s.stock) {
+      for (const Reservation& r : stock) alloc_.unmark(r.off);
+      stock.clear();
+    }
   }
 }
 
 void SpareBlocks::for_each(const std::function<void(uint64_t off)>& fn) const {
-  std::lock_guard<std::mutex> g(mu_);
-  for (auto& stock : stock_)
-    for (const Reservation& r : stock) fn(r.off);
+  for (const Stripe& s : stripes_) {
+    std::lock_guard<std::mutex> g(s.mu);
+    for (auto& stock : s.stock)
+      for (const Reservation& r : stock) fn(r.off);
+  }
 }
 
 uint64_t SpareBlocks::refills() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return refills_;
+  return refills_.load(std::memory_order_relaxed);
 }
 
 }  // namespace pmhash::pm

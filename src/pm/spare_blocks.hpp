@@ -8,6 +8,10 @@
 // write, whatever the block size. The write
 // path then persists only the block and the store that publishes it.
 //
+// Stocks are striped by thread (a hash of the thread id picks one of kStripes): two writers
+// do not wait on one lock, nor on each other's refill (with one shared stock, variable-format
+// writes in the log-free schemes did not scale from 1 to 2 threads).
+//
 // A crash leaves the untaken spares allocated and unreachable: only for schemes whose
 // recovery sweeps (Allocator::sweep; docs/crash-testing.md "Allocation without a log"). At a
 // clean close give_back() unmarks them before Allocator::write_back(); until then for_each()
@@ -15,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -42,15 +47,21 @@ class SpareBlocks {
   uint64_t refills() const;
 
  private:
+  // One thread's stocks (threads that hash alike share one). By block size: stock[i] holds
+  // blocks of 64 << i bytes (64 .. kMaxBlock).
+  struct alignas(64) Stripe {
+    mutable std::mutex mu;
+    std::array<std::vector<Reservation>, 5> stock;
+  };
+  static constexpr size_t kStripes = 16;
+  static_assert(uint64_t{64} << 4 == kMaxBlock);
+  Stripe& mine();
   void refill(uint64_t block, std::vector<Reservation>* stock);
 
   Allocator& alloc_;
   uint64_t batch_blocks_ = 16;
-  mutable std::mutex mu_;
-  // By block size: stock_[i] holds blocks of 64 << i bytes (64 .. kMaxBlock).
-  std::array<std::vector<Reservation>, 5> stock_;
-  static_assert(uint64_t{64} << 4 == kMaxBlock);
-  uint64_t refills_ = 0;
+  std::array<Stripe, kStripes> stripes_;
+  std::atomic<uint64_t> refills_{0};
 };
 
 }  // namespace pmhash::pm
