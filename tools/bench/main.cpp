@@ -705,22 +705,25 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     }
   std::fprintf(stderr, "pmhash-bench: %zu runs x %d repeats; pool dir %s\n", configs.size(), repeat,
                base.pool_dir.c_str());
-  std::vector<Row> all;
-  for (auto& c : configs) {
-    std::vector<std::vector<Row>> reps;
-    for (int r = 0; r < repeat; ++r) {
+  // Repeats go round the configurations (every configuration once, then again), so a
+  // configuration's min-max range spans the whole run and includes the machine's drift
+  // between runs minutes apart, which back-to-back repeats would hide.
+  std::vector<std::vector<std::vector<Row>>> reps(configs.size());
+  for (int r = 0; r < repeat; ++r)
+    for (size_t i = 0; i < configs.size(); ++i) {
       std::vector<Row> rows;
       std::string err;
-      RunConfig cr = c;
-      cr.seed = c.seed + r;
+      RunConfig cr = configs[i];
+      cr.seed = configs[i].seed + r;
       if (!run(cr, &rows, &err)) {
         std::fprintf(stderr, "pmhash-bench: %s\n", err.c_str());
         return 1;
       }
-      reps.push_back(std::move(rows));
+      reps[i].push_back(std::move(rows));
     }
-    for (auto& row : median_rows(reps)) all.push_back(row);
-  }
+  std::vector<Row> all;
+  for (auto& rep : reps)
+    for (auto& row : median_rows(rep)) all.push_back(row);
   add_ratios(&all);
   std::string mode;
   for (auto& r : all)
