@@ -680,7 +680,7 @@ TEST_P(HdnhTest, HotKeysUpdatedWhileReadersArePreemptedMidScanAreNeverMissing) {
     std::unique_ptr<Index> idx;
     ASSERT_TRUE(Index::open(p.path, options({{"hot_table", hot}}), &idx).ok());
     auto* h = static_cast<hdnh::Hdnh*>(idx->impl()->scheme.get());
-    const int keys = 4, updaters = 2, readers = 4, ops = 4000;
+    const int keys = 4, updaters = 2, readers = 4, ops = 12000;
     std::vector<std::atomic<uint32_t>> issued(keys);  // the highest version any updater began
     for (int k = 0; k < keys; ++k) ASSERT_TRUE(idx->insert(key(k), value(k, 0)).ok());
     static thread_local bool is_reader = false;
