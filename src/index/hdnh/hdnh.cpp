@@ -161,7 +161,8 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
       // new value and then the old one.
       hot_finish(&hj);
       if (out_of_place) {
-        unlock_slot(nl, true, k.fp);  // new valid before old invalid: readers never miss
+        unlock_slot(nl, true, k.fp);  // new valid before old invalid (and find() checks
+                                      // that the bucket did not change under its scan)
         unlock_slot(loc, false, 0);
       } else {
         unlock_slot(loc, true, k.fp);

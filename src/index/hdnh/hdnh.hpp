@@ -93,6 +93,8 @@ class Hdnh final : public Scheme {
 #ifdef PMHASH_CRASH_HOOKS
   // Test seams. Runs in get() between the lock-free read and the hot-table fill.
   std::function<void()> test_before_fill;
+  // Runs in find() after each OCF entry is read: (level in the set, bucket, slot).
+  std::function<void(int, uint64_t, int)> test_after_entry;
   // Drops the key's hot-table copies (so the next get() reads PM and fills).
   void test_drop_hot(std::string_view key);
   // The key's hot bucket in level i of the published set, and its recovery partition of nt.

@@ -9,6 +9,12 @@ using common::Slot;
 using common::store_word;
 using namespace detail;
 
+// A miss in a bucket counts only if the bucket's OCF entries did not change while they were
+// scanned: an update moves its record to another slot of the bucket (Fig. 10: new slot
+// valid, then old slot released), so a scan that read the new slot before it was valid and
+// the old one after its release saw the key in neither. Entries all unchanged since their
+// first read (every change moves the opmap bit or the version) mean the scan saw one instant
+// of the bucket, and at every instant the key's record is in a valid slot.
 bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc* loc,
                 uint64_t* value_word, bool* retry, uint64_t* pm_slots) const {
   for (int i = 0; i < set.n; ++i) {
@@ -16,9 +22,13 @@ bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc*
     Candidates c = candidates(l, k);
     for (int j = 0; j < c.n; ++j) {
       uint64_t b = c.b[j];
+      uint16_t seen[kSlots];
       for (int s = 0; s < kSlots; ++s) {
         std::atomic<uint16_t>& e = l.ocf[b * kSlots + s];
-        uint16_t w = e.load(std::memory_order_acquire);
+        uint16_t w = seen[s] = e.load(std::memory_order_acquire);
+#ifdef PMHASH_CRASH_HOOKS
+        if (test_after_entry) test_after_entry(i, b, s);
+#endif
         if (!ocf::valid(w) || (cfg_.use_ocf && ocf::fp(w) != k.fp)) continue;
         if (ocf::busy(w)) {  // a writer holds the slot: wait for it, then start over
           // (yielding: the holder may be waiting for its partner on an oversubscribed core)
@@ -45,6 +55,11 @@ bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc*
           return true;
         }
       }
+      for (int s = 0; s < kSlots; ++s)
+        if (l.ocf[b * kSlots + s].load(std::memory_order_acquire) != seen[s]) {
+          *retry = true;  // the bucket changed during the scan: the miss proves nothing
+          return false;
+        }
     }
   }
   return false;
