@@ -58,17 +58,16 @@ void Pmeh::unlock_bucket(Bucket& b) {
 }
 
 // A writer holds the key's bucket, its neighbour and the stash buckets (ascending order).
-bool Pmeh::lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m) {
+void Pmeh::lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m, ThreadStats& ts) {
   Bucket* bs = buckets(s);
   uint64_t b1 = (b + 1) % nbuckets_;
   lock_bucket(bs[std::min(b, b1)], m);
   lock_bucket(bs[std::max(b, b1)], m);
   for (int i = 0; i < kStash; ++i) lock_bucket(bs[nbuckets_ + i], m);
-  return true;
+  count_locks(ts, m, 2 + kStash);
 }
 
-void Pmeh::unlock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m) {
-  (void)m;
+void Pmeh::unlock_buckets(SegmentHeader* s, uint64_t b) {
   Bucket* bs = buckets(s);
   for (int i = kStash; i-- > 0;) unlock_bucket(bs[nbuckets_ + i]);
   unlock_bucket(bs[(b + 1) % nbuckets_]);
@@ -238,7 +237,8 @@ bool Pmeh::register_overflow(Bucket* bs, uint64_t b, uint8_t fp, int stash_idx) 
 // bucket, or a home bucket's borrowed record back to the previous); else a stash bucket;
 // else *full (the segment must split).
 Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
-                        const common::Items::New& item, ZoneMode m, bool* full) {
+                        const common::Items::New& item, ZoneMode m, ThreadStats& ts,
+                        bool* full) {
   Bucket* bs = buckets(s);
   uint64_t b1 = (b + 1) % nbuckets_;
   const pm::Reservation* pub = items_.variable() ? &item.item : nullptr;
@@ -266,6 +266,7 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
   };
   uint64_t b2 = (b1 + 1) % nbuckets_, bp = (b + nbuckets_ - 1) % nbuckets_;
   if (b2 != b && try_lock_bucket(bs[b2], m)) {
+    count_locks(ts, m, 1);
     uint64_t w = load_word(bs[b1].word0);
     uint32_t own = word::alloc(w) & ~word::member(w);
     if (own != 0 && free_slot(bs[b2]) >= 0) {
@@ -278,6 +279,7 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
     unlock_bucket(bs[b2]);
   }
   if (bp != b1 && try_lock_bucket(bs[bp], m)) {
+    count_locks(ts, m, 1);
     uint64_t w = load_word(bs[b].word0);
     uint32_t borrowed = word::alloc(w) & word::member(w);
     if (borrowed != 0 && free_slot(bs[bp]) >= 0) {
