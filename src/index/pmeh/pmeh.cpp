@@ -238,7 +238,9 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
         common::Items::New item;
         st = items_.make(key, value, k.kw, &item);
         if (st.ok()) {
+          if (loc.stash) lock_stash(*loc.b, zm, ts);
           items_.replace_value(loc.b->slots[loc.slot].value, item);
+          if (loc.stash) unlock_bucket(*loc.b);
           (zm == ZoneMode::kExclusive ? ts.lock_free : ts.locked)
               .fetch_add(1, std::memory_order_relaxed);
         }
@@ -307,9 +309,11 @@ Status Pmeh::remove(std::string_view key) {
     uint64_t vw = 0;
     bool found = seg_find(s, k, key, &loc, &vw, nullptr);
     if (found) {
+      if (loc.stash) lock_stash(*loc.b, zm, ts);
       clear_record(*loc.b, loc.slot, items_.owned_block(vw));
       if (loc.stash) {  // its overflow fingerprint, or one from the home bucket's count
-        Bucket& ob = *loc.ofp_bucket;
+        unlock_bucket(*loc.b);
+        Bucket& ob = *loc.ofp_bucket;  // b or b+1: held
         if (loc.home_ofp >= 0) {
           store_byte(ob.obits, static_cast<uint8_t>(ob.obits & ~(1u << loc.home_ofp)));
           pool_.persister().persist(&ob.obits, 1);

@@ -120,8 +120,9 @@ class Pmeh final : public Scheme {
   std::vector<uint32_t> live_alloc(SegmentHeader* s) const;
   std::vector<StaleOverflow> stale_overflow(SegmentHeader* s) const;
   void trim_overflow(SegmentHeader* s);
-  void lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m, ThreadStats& ts);
+  void lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m, ThreadStats& ts);  // b, b+1
   void unlock_buckets(SegmentHeader* s, uint64_t b);
+  void lock_stash(Bucket& sb, ZoneMode m, ThreadStats& ts);  // only to store into it
   static void count_locks(ThreadStats& ts, ZoneMode m, uint64_t n) {
     if (m == ZoneMode::kShared) ts.bucket_locks.fetch_add(n, std::memory_order_relaxed);
   }
