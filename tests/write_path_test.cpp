@@ -277,7 +277,9 @@ TEST_P(WritePathTest, PmehLockedWriteTakesTwoBucketLocksAndAStashOneOnlyToStash)
     EXPECT_EQ(locks[path], two) << path;
   for (const char* path : {"insert into the stash", "update in the stash", "delete in the stash"})
     EXPECT_EQ(locks[path], three) << path;
-  if (displaced > 0) EXPECT_EQ(locks["insert with a displacement"], three);
+  if (displaced > 0) {
+    EXPECT_EQ(locks["insert with a displacement"], three);
+  }
   EXPECT_EQ(idx->size(), 0u);
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
