@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -655,6 +658,183 @@ TEST_P(PmehTest, EightThreadsDefaultsAndMatrix) {
       std::string report;
       EXPECT_TRUE(idx->impl()->check(&report)) << report;
     }
+  }
+}
+
+// Issue 18: a write locks its key's home and probing buckets, and a stash bucket only to store
+// into it (as Dash). Six threads on two cores, on 2 KB segments where many records sit in the
+// stash: (1) four writers insert the same keys in the same order — each key added exactly
+// once; (2) each writer updates and deletes its own keys against its model, first the records
+// that are in the stash (found, when every write locks, by the 3 bucket locks an update of
+// them takes), then at random; (3) all four race to delete the same keys, then to insert them
+// again — one winner each. Two readers check every value they see throughout, and that keys
+// no one deletes after (1) are always found. At the end: the models' contents, no key twice
+// (for_each), check().
+TEST_P(PmehTest, RacingWritersOnStashedRecordsLoseAndDuplicateNothing) {
+  constexpr int writers = 4, readers = 2;
+  const uint64_t n = 2400 / kScale;  // a multiple of writers
+  const int ops = 3000 / kScale;
+  const std::vector<std::pair<std::string, std::map<std::string, std::string>>> configs = {
+      {"locked, one zone",
+       {{"segment_bytes", "2048"},
+        {"split", "4"},
+        {"zones", "1"},
+        {"depth", "0"},
+        {"concurrency", "locked"}}},
+      {"opportunistic, 16 zones, 6 zone threads",  // lock-free and locked writes mixed
+       {{"segment_bytes", "2048"},
+        {"split", "16"},
+        {"zones", "16"},
+        {"depth", "4"},
+        {"zone_threads", "6"}}},
+  };
+  for (const auto& [name, params] : configs) {
+    SCOPED_TRACE(name);
+    bool locked = params.count("concurrency") != 0;
+    TempPool p;
+    std::unique_ptr<Index> idx;
+    Options o = options(params);
+    o.pool_size = 128u << 20;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    auto kept = [](uint64_t k) { return (k / writers) % 3 == 0; };   // never deleted after (1)
+    auto raced = [](uint64_t k) { return (k / writers) % 3 == 1; };  // phase (3)
+    std::atomic<int> errors{0};
+    std::atomic<bool> done{false}, kept_present{false};
+    std::mutex mu;
+    std::vector<std::string> msgs;
+    auto fail = [&](const std::string& m) {
+      errors++;
+      std::lock_guard<std::mutex> g(mu);
+      if (msgs.size() < 10) msgs.push_back(m);
+    };
+    std::vector<std::thread> rs;
+    for (int r = 0; r < readers; ++r)
+      rs.emplace_back([&, r] {
+        std::mt19937_64 rng(50 + r);
+        std::string got;
+        while (!done.load()) {
+          uint64_t k = rng() % n;
+          bool must = kept(k) && kept_present.load();
+          Status s = idx->get(key(k), &got);
+          if (s.ok() ? !value_ok(key(k), got, fixed()) : s.code() != Code::kNotFound || must)
+            fail("read of key " + std::to_string(k) + ": " + s.to_string());
+        }
+      });
+    auto run = [&](auto&& body) {
+      std::vector<std::thread> ws;
+      for (int w = 0; w < writers; ++w) ws.emplace_back(body, w);
+      for (auto& t : ws) t.join();
+    };
+    // (1) Same keys, same order: one insert of each succeeds.
+    std::vector<std::atomic<int>> wins(n);
+    run([&](int) {
+      for (uint64_t k = 0; k < n; ++k) {
+        Status s = idx->insert(key(k), value(k));
+        if (s.ok())
+          wins[k]++;
+        else if (s.code() != Code::kAlreadyExists)
+          fail("insert of key " + std::to_string(k) + ": " + s.to_string());
+      }
+    });
+    for (uint64_t k = 0; k < n; ++k)
+      if (wins[k].load() != 1)
+        fail("key " + std::to_string(k) + " added " + std::to_string(wins[k].load()) + " times");
+    kept_present = true;
+    EXPECT_GT(counters(*idx)["stashed"], 0);
+    std::vector<Model> models(writers);
+    for (uint64_t k = 0; k < n; ++k) models[k % writers].insert(key(k), value(k));
+    // The records in the stash now (an update of one takes 3 bucket locks, else 2).
+    std::vector<uint64_t> stashed;
+    if (locked) {
+      for (uint64_t k = 0; k < n; ++k) {
+        double l0 = counters(*idx)["bucket_locks"];
+        if (!idx->update(key(k), value(k)).ok()) fail("update of key " + std::to_string(k));
+        if (counters(*idx)["bucket_locks"] - l0 == 3) stashed.push_back(k);
+      }
+      EXPECT_GE(stashed.size(), n / 50) << "too few stashed records to race on";
+    }
+    // (2) Own keys against the model: the stashed ones first, then at random.
+    std::vector<uint32_t> ver(n, 1);  // a key's version, changed only by its owner
+    run([&](int w) {
+      Model& m = models[w];
+      std::mt19937_64 rng(7 + w);
+      auto op = [&](uint64_t k, unsigned r) {
+        std::string kk = key(k), v = value(k, ++ver[k]);
+        Code got, want;
+        if (kept(k) || r == 0) {
+          got = idx->update(kk, v).code(), want = m.update(kk, v);
+        } else if (r == 1) {
+          got = idx->upsert(kk, v).code(), want = m.upsert(kk, v);
+        } else if (r == 2) {
+          got = idx->insert(kk, v).code(), want = m.insert(kk, v);
+        } else {
+          got = idx->remove(kk).code(), want = m.remove(kk);
+        }
+        if (got != want)
+          fail("writer " + std::to_string(w) + " op " + std::to_string(r) + " on key " +
+               std::to_string(k) + ": " + code_name(got) + ", model " + code_name(want));
+      };
+      for (uint64_t k : stashed)
+        if (k % writers == uint64_t(w)) {
+          op(k, 0);  // update in the stash
+          op(k, 3);  // delete from the stash (an update if kept)
+          op(k, 2);  // insert again
+        }
+      for (int i = 0; i < ops; ++i) op((rng() % (n / writers)) * writers + w, rng() % 4);
+    });
+    // (3) All writers delete the same keys, then insert them again.
+    std::vector<std::atomic<int>> removed(n), added(n);
+    run([&](int) {
+      for (uint64_t k = 0; k < n; ++k) {
+        if (!raced(k)) continue;
+        Status s = idx->remove(key(k));
+        if (s.ok())
+          removed[k]++;
+        else if (s.code() != Code::kNotFound)
+          fail("racing delete of key " + std::to_string(k) + ": " + s.to_string());
+      }
+    });
+    run([&](int) {
+      for (uint64_t k = 0; k < n; ++k) {
+        if (!raced(k)) continue;
+        Status s = idx->insert(key(k), value(k, 100000));
+        if (s.ok())
+          added[k]++;
+        else if (s.code() != Code::kAlreadyExists)
+          fail("racing insert of key " + std::to_string(k) + ": " + s.to_string());
+      }
+    });
+    done = true;
+    for (auto& t : rs) t.join();
+    for (auto& m : msgs) ADD_FAILURE() << m;
+    EXPECT_EQ(errors.load(), 0);
+    Model all;
+    for (auto& m : models)
+      for (auto& [k, v] : m.items()) all.insert(k, v);
+    for (uint64_t k = 0; k < n; ++k) {
+      if (!raced(k)) continue;
+      std::string kk = key(k);
+      EXPECT_EQ(removed[k].load(), all.remove(kk) == Code::kOk ? 1 : 0) << "key " << k;
+      EXPECT_EQ(added[k].load(), 1) << "key " << k;
+      all.insert(kk, value(k, 100000));
+    }
+    expect_contents(*idx, all);
+    std::map<std::string, std::string> seen;
+    uint64_t dups = 0;
+    std::pair<std::map<std::string, std::string>*, uint64_t*> ctx{&seen, &dups};
+    idx->for_each(
+        [](void* c, std::string_view k, std::string_view v) {
+          auto* q = static_cast<std::pair<std::map<std::string, std::string>*, uint64_t*>*>(c);
+          if (!q->first->emplace(std::string(k), std::string(v)).second) ++*q->second;
+        },
+        &ctx);
+    EXPECT_EQ(dups, 0u) << "for_each visited a key twice";
+    EXPECT_TRUE(seen == all.items()) << "for_each: " << seen.size() << ", model " << all.size();
+    auto cn = counters(*idx);
+    std::printf(
+        "[pmeh racing writers, %s] %zu stashed records raced on; lock-free share %.2f, "
+        "%.0f stash inserts, %.0f splits\n",
+        name.c_str(), stashed.size(), cn["lock_free_share"], cn["stashed"], cn["segment_splits"]);
   }
 }
 

@@ -7,12 +7,15 @@
 // write costs the fixed format's flushes plus the item's line, and at most two fences; a
 // delete costs what the fixed format's does. With the redo log every variable write and
 // delete cost 2 more fences and 2–3 more flushes, and the chain-bucket inserts 3–4 flushes
-// and 4 fences; with the allocation bit on the write path, one more line each.
+// and 4 fences; with the allocation bit on the write path, one more line each. PMEH's row
+// counts bucket locks per write instead (the persist cost is in pmeh_test.cpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdio>
+#include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -212,6 +215,77 @@ TEST_P(WritePathTest, Hdnh) {
   }
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+}
+
+// PMEH's bucket locks (§III-C, as Dash; issue 18): a locked (shared-mode) write takes the
+// key's home and probing buckets' locks, and a stash bucket's only to store into it — 2 per
+// insert, update and delete of a record in the normal buckets (and per write that finds
+// nothing to do), 3 when the record goes to or lives in the stash, 3 with a displacement
+// (the bucket the moved record goes to). Before: both stash buckets on every write (4;
+// 5-6 for a stash insert, the displacement try-locks tried in vain). One 2 KB segment (5
+// normal buckets, 2 stash buckets), filled until 4 records are stashed, before any split.
+TEST_P(WritePathTest, PmehLockedWriteTakesTwoBucketLocksAndAStashOneOnlyToStash) {
+  Options o = small_options("pmeh", GetParam());
+  o.params = {{"segment_bytes", "2048"},
+              {"split", "2"},
+              {"zones", "1"},
+              {"depth", "0"},
+              {"concurrency", "locked"}};
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  std::map<std::string, std::set<double>> locks;  // write path -> lock counts seen
+  auto count = [&](const std::string& path, auto&& op) {
+    double before = counter(*idx, "bucket_locks");
+    op();
+    locks[path].insert(counter(*idx, "bucket_locks") - before);
+  };
+  std::vector<int> normal, stashed;
+  int displaced = 0;
+  for (int i = 0; stashed.size() < 4; ++i) {
+    ASSERT_LT(i, 98) << "no stash insert in a full segment";
+    double st = counter(*idx, "stashed"), dp = counter(*idx, "displacements");
+    double l0 = counter(*idx, "bucket_locks");
+    ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok());
+    double n = counter(*idx, "bucket_locks") - l0;
+    ASSERT_EQ(counter(*idx, "segment_splits"), 0) << "insert " << i;
+    if (counter(*idx, "stashed") != st) {
+      locks["insert into the stash"].insert(n);
+      stashed.push_back(i);
+    } else {
+      bool moved = counter(*idx, "displacements") != dp;
+      locks[moved ? "insert with a displacement" : "insert"].insert(n);
+      displaced += moved;
+      normal.push_back(i);
+    }
+  }
+  EXPECT_GT(normal.size(), 20u);
+  for (int i : normal) {
+    count("update", [&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
+    count("insert of a present key",
+          [&] { ASSERT_EQ(idx->insert(key(i), value(i, 3)).code(), Code::kAlreadyExists); });
+  }
+  for (int i : stashed)
+    count("update in the stash", [&] { ASSERT_TRUE(idx->upsert(key(i), value(i, 2)).ok()); });
+  count("update of a missing key",
+        [&] { ASSERT_EQ(idx->update(key(1000), value(1000, 1)).code(), Code::kNotFound); });
+  count("delete of a missing key",
+        [&] { ASSERT_EQ(idx->remove(key(1000)).code(), Code::kNotFound); });
+  for (int i : stashed)
+    count("delete in the stash", [&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
+  for (int i : normal) count("delete", [&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
+  const std::set<double> two{2}, three{3};
+  for (const char* path : {"insert", "update", "insert of a present key", "update of a missing key",
+                           "delete of a missing key", "delete"})
+    EXPECT_EQ(locks[path], two) << path;
+  for (const char* path : {"insert into the stash", "update in the stash", "delete in the stash"})
+    EXPECT_EQ(locks[path], three) << path;
+  if (displaced > 0) {
+    EXPECT_EQ(locks["insert with a displacement"], three);
+  }
+  EXPECT_EQ(idx->size(), 0u);
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
 }
 
 // Spare blocks come 16 to a refill whatever their size: a 600-byte item (a 1 KiB block)

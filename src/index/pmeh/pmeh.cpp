@@ -220,9 +220,9 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t b = bucket_of(k.h);
-    lock_buckets(s, b, zm);
+    lock_buckets(s, b, zm, ts);
     if (!covers(load_word(s->meta), k.h)) {  // split meanwhile (shared mode): retry
-      unlock_buckets(s, b, zm);
+      unlock_buckets(s, b);
       exit(z, zm);
       if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment covers a key"};
       continue;
@@ -238,25 +238,27 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
         common::Items::New item;
         st = items_.make(key, value, k.kw, &item);
         if (st.ok()) {
+          if (loc.stash) lock_stash(*loc.b, zm, ts);
           items_.replace_value(loc.b->slots[loc.slot].value, item);
+          if (loc.stash) unlock_bucket(*loc.b);
           (zm == ZoneMode::kExclusive ? ts.lock_free : ts.locked)
               .fetch_add(1, std::memory_order_relaxed);
         }
       }
-      unlock_buckets(s, b, zm);
+      unlock_buckets(s, b);
       exit(z, zm);
       return st;
     }
     if (mode == PutMode::kUpdate) {
-      unlock_buckets(s, b, zm);
+      unlock_buckets(s, b);
       exit(z, zm);
       return {Code::kNotFound, "key not found"};
     }
     common::Items::New item;
     st = items_.make(key, value, k.kw, &item);
     bool full = false;
-    if (st.ok()) st = seg_insert(s, b, k, item, zm, &full);
-    unlock_buckets(s, b, zm);
+    if (st.ok()) st = seg_insert(s, b, k, item, zm, ts, &full);
+    unlock_buckets(s, b);
     if (!st.ok() || !full) {
       if (st.ok()) {
         (zm == ZoneMode::kExclusive ? ts.lock_free : ts.locked)
@@ -294,9 +296,9 @@ Status Pmeh::remove(std::string_view key) {
     SegmentHeader* s = segment(so);
     ensure_recovered(s);
     uint64_t b = bucket_of(k.h);
-    lock_buckets(s, b, zm);
+    lock_buckets(s, b, zm, ts);
     if (!covers(load_word(s->meta), k.h)) {
-      unlock_buckets(s, b, zm);
+      unlock_buckets(s, b);
       exit(z, zm);
       if (++empty > 100000) return {Code::kCorrupted, "pmeh: no segment covers a key"};
       std::this_thread::yield();
@@ -307,9 +309,11 @@ Status Pmeh::remove(std::string_view key) {
     uint64_t vw = 0;
     bool found = seg_find(s, k, key, &loc, &vw, nullptr);
     if (found) {
+      if (loc.stash) lock_stash(*loc.b, zm, ts);
       clear_record(*loc.b, loc.slot, items_.owned_block(vw));
       if (loc.stash) {  // its overflow fingerprint, or one from the home bucket's count
-        Bucket& ob = *loc.ofp_bucket;
+        unlock_bucket(*loc.b);
+        Bucket& ob = *loc.ofp_bucket;  // b or b+1: held
         if (loc.home_ofp >= 0) {
           store_byte(ob.obits, static_cast<uint8_t>(ob.obits & ~(1u << loc.home_ofp)));
           pool_.persister().persist(&ob.obits, 1);
@@ -321,7 +325,7 @@ Status Pmeh::remove(std::string_view key) {
       (zm == ZoneMode::kExclusive ? ts.lock_free : ts.locked)
           .fetch_add(1, std::memory_order_relaxed);
     }
-    unlock_buckets(s, b, zm);
+    unlock_buckets(s, b);
     exit(z, zm);
     return found ? Status::Ok() : Status{Code::kNotFound, "key not found"};
   }
@@ -377,11 +381,12 @@ uint64_t Pmeh::dram_bytes() const {
 }
 
 void Pmeh::counters(std::map<std::string, double>* out) const {
-  uint64_t lf = 0, lk = 0, rt = 0;
+  uint64_t lf = 0, lk = 0, rt = 0, bl = 0;
   for (unsigned t = 0; t < pm::ThreadRegistry::kMaxThreads; ++t) {
     lf += tstats_[t].lock_free.load();
     lk += tstats_[t].locked.load();
     rt += tstats_[t].retries.load();
+    bl += tstats_[t].bucket_locks.load();
   }
   (*out)["segment_splits"] = double(splits_.load());
   (*out)["records_moved"] = double(moved_.load());
@@ -393,6 +398,7 @@ void Pmeh::counters(std::map<std::string, double>* out) const {
   (*out)["lock_free_writes"] = double(lf);
   (*out)["locked_writes"] = double(lk);
   (*out)["lock_free_share"] = lf + lk ? double(lf) / double(lf + lk) : 0.0;
+  (*out)["bucket_locks"] = double(bl);
   (*out)["read_retries"] = double(rt);
   (*out)["segments"] = double(distinct_segments().size());
   pm::Epochs::Guard guard(epochs_);

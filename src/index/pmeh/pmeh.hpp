@@ -81,6 +81,7 @@ class Pmeh final : public Scheme {
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> lock_free{0}, locked{0}, retries{0};
+    std::atomic<uint64_t> bucket_locks{0};  // taken by shared-mode writes (splits not counted)
   };
   // One piece of overflow metadata that points at no stashed record: fingerprint `entry` of
   // bucket b, or (entry -1) b's overflow count, which should be `count`.
@@ -119,8 +120,12 @@ class Pmeh final : public Scheme {
   std::vector<uint32_t> live_alloc(SegmentHeader* s) const;
   std::vector<StaleOverflow> stale_overflow(SegmentHeader* s) const;
   void trim_overflow(SegmentHeader* s);
-  bool lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m);  // b, b+1 and the stash
-  void unlock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m);
+  void lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m, ThreadStats& ts);  // b, b+1
+  void unlock_buckets(SegmentHeader* s, uint64_t b);
+  void lock_stash(Bucket& sb, ZoneMode m, ThreadStats& ts);  // only to store into it
+  static void count_locks(ThreadStats& ts, ZoneMode m, uint64_t n) {
+    if (m == ZoneMode::kShared) ts.bucket_locks.fetch_add(n, std::memory_order_relaxed);
+  }
   static void lock_bucket(Bucket& b, ZoneMode m);
   static bool try_lock_bucket(Bucket& b, ZoneMode m);
   static void unlock_bucket(Bucket& b);
@@ -129,7 +134,7 @@ class Pmeh final : public Scheme {
   bool slot_in(Bucket& b, bool membership, const Hashed& k, std::string_view key, int* slot,
                uint64_t* vw) const;
   Status seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k, const common::Items::New& item,
-                    ZoneMode m, bool* full);
+                    ZoneMode m, ThreadStats& ts, bool* full);
   void write_record(Bucket& b, int slot, bool membership, uint8_t fp, uint64_t kw, uint64_t vw,
                     const pm::Reservation* publish);
   void clear_record(Bucket& b, int slot, uint64_t free_off);

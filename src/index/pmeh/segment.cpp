@@ -57,22 +57,43 @@ void Pmeh::unlock_bucket(Bucket& b) {
           std::memory_order_release);
 }
 
-// A writer holds the key's bucket, its neighbour and the stash buckets (ascending order).
-bool Pmeh::lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m) {
+// The locks of a write (§III-C, as Dash): the key's home bucket b and its probing bucket b+1
+// for the whole write; a stash bucket only while the write stores into it (lock_stash: a
+// record stashed, or a stashed record updated or deleted); b+2 or b-1 only to displace.
+//
+// Same-key writers serialize on b. A key's records live in b, in b+1 (membership bit) or in
+// a stash bucket (with an overflow fingerprint in b or b+1, or counted in b), and only a
+// holder of b's lock creates, moves or removes them: the key's own writers; a displacement,
+// which moves a record homed at the bucket it takes it from (b+1's own record to b+2: b+1
+// held) or at the bucket it takes it to (b's borrowed record to b-1: b-1 held); and splits,
+// which hold every lock. Overflow metadata in a bucket changes only under that bucket's lock.
+// So the search under b and b+1 sees every record of the key without the stash locks; other
+// keys' records in a stash bucket may change meanwhile (their writers hold that bucket), which
+// the search skips by key. Every store into a bucket is made under its lock, so lock-free
+// readers, which check each bucket's version (stash buckets too), see every change.
+//
+// Lock order (deadlock-free): normal buckets by index (b and b+1 as min, max), then at most one
+// stash bucket, always after them; splits take every bucket of the segment in index order
+// (normal buckets first: stash buckets sit after them); displacement only try-locks, so no
+// one waits for a bucket while holding one later in the order.
+void Pmeh::lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m, ThreadStats& ts) {
   Bucket* bs = buckets(s);
   uint64_t b1 = (b + 1) % nbuckets_;
   lock_bucket(bs[std::min(b, b1)], m);
   lock_bucket(bs[std::max(b, b1)], m);
-  for (int i = 0; i < kStash; ++i) lock_bucket(bs[nbuckets_ + i], m);
-  return true;
+  count_locks(ts, m, 2);
 }
 
-void Pmeh::unlock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m) {
-  (void)m;
+void Pmeh::unlock_buckets(SegmentHeader* s, uint64_t b) {
   Bucket* bs = buckets(s);
-  for (int i = kStash; i-- > 0;) unlock_bucket(bs[nbuckets_ + i]);
   unlock_bucket(bs[(b + 1) % nbuckets_]);
   unlock_bucket(bs[b]);
+}
+
+// A stash bucket, taken after b and b+1 (the write holds them).
+void Pmeh::lock_stash(Bucket& sb, ZoneMode m, ThreadStats& ts) {
+  lock_bucket(sb, m);
+  count_locks(ts, m, 1);
 }
 
 // Records of bucket `b` with this membership whose fingerprint and key match.
@@ -96,7 +117,8 @@ bool Pmeh::slot_in(Bucket& b, bool membership, const Hashed& k, std::string_view
 // Dash's search: the home bucket (records homed here), its neighbour (records with the
 // membership bit), then the stash buckets the overflow fingerprints point at, and every
 // stash bucket if the home bucket counts stashed records without a fingerprint. A reader
-// (retry != null) checks each bucket's version before and after; a writer holds the locks.
+// (retry != null) checks each bucket's version before and after; a writer holds b and b+1,
+// which keep the key's records still (see lock_buckets), not the stash buckets.
 bool Pmeh::seg_find(SegmentHeader* s, const Hashed& k, std::string_view key, Loc* loc,
                     uint64_t* value_word, bool* retry) const {
   Bucket* bs = buckets(s);
@@ -233,12 +255,12 @@ bool Pmeh::register_overflow(Bucket* bs, uint64_t b, uint8_t fp, int stash_idx) 
   return true;
 }
 
-// Dash's insert into a segment (buckets locked): balanced insert into the less full of the
+// Dash's insert into a segment (b and b+1 locked): balanced insert into the less full of the
 // home bucket and its neighbour; else displacement (a neighbour's own record to the next
 // bucket, or a home bucket's borrowed record back to the previous); else a stash bucket;
 // else *full (the segment must split).
 Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
-                        const common::Items::New& item, ZoneMode m, bool* full) {
+                        const common::Items::New& item, ZoneMode m, ThreadStats& ts, bool* full) {
   Bucket* bs = buckets(s);
   uint64_t b1 = (b + 1) % nbuckets_;
   const pm::Reservation* pub = items_.variable() ? &item.item : nullptr;
@@ -264,11 +286,14 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
     clear_record(from, slot, 0);
     displaced_.fetch_add(1, std::memory_order_relaxed);
   };
+  // Try-locked only where the move can be made (b+1 has a record of its own / b a borrowed
+  // one: stable, both held; the other bucket has room: read unlocked, checked again).
   uint64_t b2 = (b1 + 1) % nbuckets_, bp = (b + nbuckets_ - 1) % nbuckets_;
-  if (b2 != b && try_lock_bucket(bs[b2], m)) {
-    uint64_t w = load_word(bs[b1].word0);
-    uint32_t own = word::alloc(w) & ~word::member(w);
-    if (own != 0 && free_slot(bs[b2]) >= 0) {
+  uint64_t w1 = load_word(bs[b1].word0);
+  uint32_t own = word::alloc(w1) & ~word::member(w1);
+  if (b2 != b && own != 0 && free_slot(bs[b2]) >= 0 && try_lock_bucket(bs[b2], m)) {
+    count_locks(ts, m, 1);
+    if (free_slot(bs[b2]) >= 0) {
       int j = std::countr_zero(own);
       move(bs[b1], j, bs[b2], true);
       unlock_bucket(bs[b2]);
@@ -277,10 +302,11 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
     }
     unlock_bucket(bs[b2]);
   }
-  if (bp != b1 && try_lock_bucket(bs[bp], m)) {
-    uint64_t w = load_word(bs[b].word0);
-    uint32_t borrowed = word::alloc(w) & word::member(w);
-    if (borrowed != 0 && free_slot(bs[bp]) >= 0) {
+  uint64_t w0 = load_word(bs[b].word0);
+  uint32_t borrowed = word::alloc(w0) & word::member(w0);
+  if (bp != b1 && borrowed != 0 && free_slot(bs[bp]) >= 0 && try_lock_bucket(bs[bp], m)) {
+    count_locks(ts, m, 1);
+    if (free_slot(bs[bp]) >= 0) {
       int j = std::countr_zero(borrowed);
       move(bs[b], j, bs[bp], false);
       unlock_bucket(bs[bp]);
@@ -289,13 +315,20 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
     }
     unlock_bucket(bs[bp]);
   }
-  // Stashing.
+  // Stashing: the first stash bucket with room (read unlocked, checked again under its lock).
   for (int i = 0; i < kStash; ++i) {
     Bucket& sb = bs[nbuckets_ + i];
+    if (free_slot(sb) < 0) continue;
+    lock_stash(sb, m, ts);
     int t = free_slot(sb);
-    if (t < 0) continue;
-    if (!register_overflow(bs, b, k.fp, i)) break;
-    write_record(sb, t, false, k.fp, item.key_word, item.value_word, pub);
+    if (t < 0) {
+      unlock_bucket(sb);
+      continue;
+    }
+    bool registered = register_overflow(bs, b, k.fp, i);
+    if (registered) write_record(sb, t, false, k.fp, item.key_word, item.value_word, pub);
+    unlock_bucket(sb);
+    if (!registered) break;
     stashed_.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
