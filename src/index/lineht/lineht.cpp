@@ -64,10 +64,10 @@ Status LineHT::layout(const Options& o, common::Params* layout) {
   common::Params p(o.params);
   uint64_t buckets, probe, shards;
   Status s = p.get_u64("lineht", "buckets", 64, 1, kMaxShardBuckets / 2, &buckets);
-  if (s.ok()) s = p.get_u64("lineht", "probe", 16, 1, kMaxProbe, &probe);
+  if (s.ok()) s = p.get_u64("lineht", "probe", kDefaultProbe, 1, kMaxProbe, &probe);
   if (!s.ok()) return s;
-  // Sized from the capacity hint for a load factor near 0.75, else 256 shards.
-  uint64_t per_shard = std::max<uint64_t>(1, buckets * kSlots * 3 / 4);
+  // Sized from the capacity hint for a load factor of kHintLoad percent, else 256 shards.
+  uint64_t per_shard = std::max<uint64_t>(1, buckets * kSlots * kHintLoad / 100);
   uint64_t def = o.capacity_hint ? (o.capacity_hint + per_shard - 1) / per_shard : 256;
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
   s = p.get_u64("lineht", "shards", def, 1, kMaxShards, &shards);
@@ -111,7 +111,9 @@ Status LineHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   *r = Root{kRootMagic, nshards, probe, dir.off, {0, 0, 0, 0}};
   p.flush(r, sizeof(Root));
   publish_new_root(ctx, all, root.off);
-  *out = std::make_unique<LineHT>(ctx, root.off);
+  auto t = std::make_unique<LineHT>(ctx, root.off);
+  t->fresh_ = true;  // empty: its live count is the inserts minus the removes
+  *out = std::move(t);
   return Status::Ok();
 }
 
@@ -226,9 +228,35 @@ Status LineHT::get(std::string_view key, std::string* value) {
     uint32_t candidates = Filter::match(v.word(j), k.tag);
     if (candidates == 0) continue;
     bump(ts.pm_reads);
-    if (read_bucket(v.b0[j], candidates, k, key, value) >= 0) return Status::Ok();
+    if (j != hm) bump(ts.off_home);
+    if (read_bucket(v.b0[j], candidates, k, key, value) >= 0) {
+      count_lookup(ts, v, hm, d, true);
+      return Status::Ok();
+    }
   }
+  count_lookup(ts, v, hm, reach, false);
   return {Code::kNotFound, "key not found"};
+}
+
+// A lookup read the filter words of buckets hm .. hm + last (wrapping at the shard's end):
+// count them and the DRAM lines they lie in (8 words per line: the filter array is
+// page-aligned), the exact read cost docs/schemes/lineht.md reports.
+void LineHT::count_lookup(ThreadStats& ts, const Shard& v, uint64_t hm, uint64_t last,
+                          bool hit) const {
+  auto lines = [](uint64_t a, uint64_t b) { return b / 8 - a / 8 + 1; };  // words a..b
+  uint64_t base = uint64_t(v.f - filter_), n;
+  if (hm + last < v.n) {
+    n = lines(base + hm, base + hm + last);
+  } else {  // words hm .. v.n-1 and 0 .. e, disjoint (last < v.n); one line may hold both
+    uint64_t e = hm + last - v.n;
+    n = lines(base + hm, base + v.n - 1) + lines(base, base + e) -
+        uint64_t((base + e) / 8 == (base + hm) / 8);
+  }
+  bump(ts.filter_words, last + 1);
+  bump(ts.filter_lines, n);
+  if (!hit) return;
+  bump(ts.hits);
+  bump(ts.hit_distance, last);
 }
 
 // Without the filter (run-time `filter=off`, to measure what it buys): every bucket of the
@@ -293,6 +321,7 @@ Status LineHT::insert_at(const Shard& v, const Hashed& k, Place at, std::string_
   v.set(at.j, Filter::with_slot(v.word(at.j), at.pos, k.tag));
   uint64_t hm = home(k.h, v.n), dist = (at.j + v.n - hm) % v.n, hw = v.word(hm);
   if (dist > Filter::reach(hw)) v.set(hm, Filter::with_reach(hw, uint32_t(dist)));
+  bump(tstats_[threads_.id()].inserts);
   return Status::Ok();
 }
 
@@ -349,6 +378,7 @@ Status LineHT::remove(std::string_view key) {
   pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
   items_.retire(b.slots[at.pos].value);  // unpublished and persisted; reuse epoch-deferred
   v.set(at.j, Filter::without_slot(v.word(at.j), at.pos));
+  bump(tstats_[threads_.id()].removes);
   return Status::Ok();
 }
 
@@ -377,6 +407,10 @@ Status LineHT::resize(uint32_t shard) {
     for (uint32_t mask = Bucket::valid(b.meta); mask; mask &= mask - 1)
       live.push_back(b.slots[std::countr_zero(mask)]);
   }
+  double shard_lf = double(live.size()) / double(old.n * kSlots);
+  double table_lf = first_resize_table_lf_.load(std::memory_order_relaxed) < 0
+                        ? table_load_factor()  // before this resize changes the capacity
+                        : -1;
   std::vector<Bucket> nb;
   uint64_t nn = old.n * 2;
   for (;; nn *= 2) {
@@ -402,10 +436,32 @@ Status LineHT::resize(uint32_t shard) {
   tx.store(&dir_[shard], pack(nn, r.off));
   tx.free(packed_offset(old.packed));  // reused one grace period later (Allocator::on_free)
   tx.commit();
-  ThreadStats& ts = tstats_[threads_.id()];
-  bump(ts.resizes);
-  bump(ts.moved, live.size());
+  count_resize(tstats_[threads_.id()], shard_lf, table_lf, live.size());
   return Status::Ok();
+}
+
+void LineHT::count_resize(ThreadStats& ts, double shard_lf, double table_lf, uint64_t moved) {
+  bump(ts.resizes);
+  bump(ts.moved, moved);
+  ts.resize_lf_sum.store(ts.resize_lf_sum.load(std::memory_order_relaxed) + shard_lf,
+                         std::memory_order_relaxed);
+  if (shard_lf < ts.resize_lf_min.load(std::memory_order_relaxed))
+    ts.resize_lf_min.store(shard_lf, std::memory_order_relaxed);
+  double none = -1;  // the first resize of the table records it, once
+  if (table_lf >= 0) first_resize_table_lf_.compare_exchange_strong(none, table_lf);
+}
+
+// The table's live slots over its slots, from the inserts and removes counted since it was
+// created (exact with one thread; other threads' counts may lag by their operations in
+// flight). No PM walk: only the shard words are read.
+double LineHT::table_load_factor() const {
+  if (!fresh_) return -1;
+  uint64_t live = 0, buckets = 0;
+  for (unsigned t = 0; t < threads_.high_water(); ++t)
+    live += tstats_[t].inserts.load(std::memory_order_relaxed) -
+            tstats_[t].removes.load(std::memory_order_relaxed);
+  for (uint64_t s = 0; s < nshards_; ++s) buckets += packed_count(current(s));
+  return double(live) / double(buckets * kSlots);
 }
 
 // The shard's current bucket array (the DRAM word, or the directory's before first use).
@@ -444,19 +500,38 @@ uint64_t LineHT::dram_bytes() const {
 }
 
 void LineHT::counters(std::map<std::string, double>* out) const {
-  uint64_t rd = 0, pr = 0, rs = 0, mv = 0, rt = 0;
+  uint64_t rd = 0, pr = 0, rs = 0, mv = 0, rt = 0, fw = 0, fl = 0, oh = 0, hits = 0, hd = 0;
+  double lf_sum = 0, lf_min = 1;
   for (unsigned t = 0; t < threads_.high_water(); ++t) {
-    rd += tstats_[t].reads.load(std::memory_order_relaxed);
-    pr += tstats_[t].pm_reads.load(std::memory_order_relaxed);
-    rs += tstats_[t].resizes.load(std::memory_order_relaxed);
-    mv += tstats_[t].moved.load(std::memory_order_relaxed);
-    rt += tstats_[t].retries.load(std::memory_order_relaxed);
+    const ThreadStats& ts = tstats_[t];
+    rd += ts.reads.load(std::memory_order_relaxed);
+    pr += ts.pm_reads.load(std::memory_order_relaxed);
+    rs += ts.resizes.load(std::memory_order_relaxed);
+    mv += ts.moved.load(std::memory_order_relaxed);
+    rt += ts.retries.load(std::memory_order_relaxed);
+    fw += ts.filter_words.load(std::memory_order_relaxed);
+    fl += ts.filter_lines.load(std::memory_order_relaxed);
+    oh += ts.off_home.load(std::memory_order_relaxed);
+    hits += ts.hits.load(std::memory_order_relaxed);
+    hd += ts.hit_distance.load(std::memory_order_relaxed);
+    lf_sum += ts.resize_lf_sum.load(std::memory_order_relaxed);
+    lf_min = std::min(lf_min, ts.resize_lf_min.load(std::memory_order_relaxed));
   }
   (*out)["reads"] = double(rd);  // raw sums: the bench takes per-phase deltas
   (*out)["pm_lines_read"] = double(pr);
   (*out)["pm_lines_per_read"] = rd ? double(pr) / double(rd) : 0;
+  (*out)["filter_words_read"] = double(fw);  // filtered lookups only (filter=on)
+  (*out)["filter_lines_read"] = double(fl);
+  (*out)["pm_lines_off_home"] = double(oh);
+  (*out)["read_hits"] = double(hits);
+  (*out)["hit_distance"] = double(hd);  // buckets from home, summed over hits
   (*out)["shard_resizes"] = double(rs);
   (*out)["records_moved"] = double(mv);
+  (*out)["resize_lf_sum"] = lf_sum;  // a phase's mean: d.resize_lf_sum / d.shard_resizes
+  (*out)["resize_lf_mean"] = rs ? lf_sum / double(rs) : 0;
+  (*out)["resize_lf_min"] = rs ? lf_min : 0;
+  double first = first_resize_table_lf_.load(std::memory_order_relaxed);
+  if (first >= 0) (*out)["table_lf_first_resize"] = first;
   (*out)["read_retries"] = double(rt);
   (*out)["shards"] = double(nshards_);
 }

@@ -33,7 +33,11 @@ using common::kMaxShardBuckets;
 using common::pack;
 using common::packed_count;
 using common::packed_offset;
-inline constexpr uint64_t kMaxProbe = 32;  // fits the filter word's 6-bit reach
+inline constexpr uint64_t kMaxProbe = 64;  // distances up to 63: the filter word's 6-bit reach
+inline constexpr uint64_t kDefaultProbe = 32;
+// The capacity hint sizes the table for this load factor (percent) when the hinted number
+// of keys is in (docs/schemes/lineht.md "Load factor at a resize").
+inline constexpr uint64_t kHintLoad = 72;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 
 // Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
@@ -86,6 +90,12 @@ class LineHT final : public Scheme {
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> pm_reads{0}, reads{0}, resizes{0}, moved{0}, retries{0};
+    // What a filtered lookup read (exact): filter words, the DRAM lines holding them, PM
+    // lines other than the (prefetched) home line; hits and their distance from home.
+    std::atomic<uint64_t> filter_words{0}, filter_lines{0}, off_home{0}, hits{0}, hit_distance{0};
+    std::atomic<uint64_t> inserts{0}, removes{0};  // the live count of a table created here
+    // A shard's load factor when it resized: sum and minimum over this thread's resizes.
+    std::atomic<double> resize_lf_sum{0}, resize_lf_min{1};
   };
   struct Hashed {
     uint64_t h, kw;
@@ -123,6 +133,9 @@ class LineHT final : public Scheme {
   Status update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                    std::string_view value);
   Status resize(uint32_t shard);  // caller holds the shard's write lock
+  void count_resize(ThreadStats& ts, double shard_lf, double table_lf, uint64_t moved);
+  double table_load_factor() const;  // of a table created by this instance (else -1)
+  void count_lookup(ThreadStats& ts, const Shard& v, uint64_t hm, uint64_t last, bool hit) const;
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
   bool check_shard(uint64_t s, std::string* report) const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
@@ -148,6 +161,10 @@ class LineHT final : public Scheme {
   std::atomic<uint64_t>* filter_ = nullptr;
   size_t filter_map_ = 0;
   std::unique_ptr<ThreadStats[]> tstats_;
+  // Created empty by this instance (create(), not open()): the live count is known from the
+  // inserts and removes, so the table's load factor at its first resize can be reported.
+  bool fresh_ = false;
+  std::atomic<double> first_resize_table_lf_{-1};
 };
 
 }  // namespace pmhash::lineht
