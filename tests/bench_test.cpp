@@ -1,9 +1,11 @@
 // The benchmark driver on tiny sizes: its counts must add up.
 #ifdef PMHASH_HAVE_BENCH
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -635,6 +637,27 @@ TEST(BenchDist, RefusesWhatItDoesNotHonour) {
   EXPECT_EQ(by_workload(rows)["ycsb-d"].tags["key_dist"], "latest");
   EXPECT_EQ(by_workload(rows)["ycsb-d"].tags["dist"], "zipfian:0.99");  // the run's --dist
   EXPECT_EQ(by_workload(rows)["load"].tags["key_dist"], "zipfian:0.99");
+}
+
+// A run that fails after its index is open (here: an unknown workload) removes its pool file.
+TEST(Bench, AFailedRunLeavesNoPoolFile) {
+  std::string dir = "/dev/shm/pmhash-bench-test-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  bench::RunConfig c;
+  c.pool_dir = dir;
+  c.keys = 100;
+  c.ops = 100;
+  c.pool_size = 64u << 20;
+  c.progress = false;
+  c.recovery = false;
+  c.workloads = {"no-such-workload"};
+  std::vector<bench::Row> rows;
+  std::string err;
+  EXPECT_FALSE(bench::run(c, &rows, &err));
+  EXPECT_NE(err.find("no-such-workload"), std::string::npos) << err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "a pool file was left in " << dir;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -217,6 +217,12 @@ class Runner {
         ks_(c.format == Format::kFixed, c.key_size, c.value_size, c.sequential_keys,
             scramble(c.seed) ^ scramble(1)),  // seed 1: the historical key set
         rows_(rows) {}
+  // Every way out of go(), an error after the open included, leaves no pool file behind.
+  ~Runner() {
+    target_.reset();
+    index_.reset();
+    if (!path_.empty()) unlink(path_.c_str());
+  }
 
   bool go(std::string* error);
 
@@ -867,9 +873,6 @@ bool Runner::go(std::string* error) {
   }
   bool ok = true;
   if (index_ && c_.recovery && c_.variant == "pm") ok = recovery(error);
-  index_.reset();
-  target_.reset();
-  if (!path_.empty()) unlink(path_.c_str());
   return ok;
 }
 
