@@ -105,6 +105,8 @@ def main():
                        for r in sweep if r.get("label", "") == lab]
                 pos = [r.get("d.positive_probes", 0) / max(1, r.get("d.positive_reads", 1))
                        for r in sweep_pos if r.get("label", "") == lab]
+                if not any(neg):  # the scheme has no probe counters (PMEH): nothing to plot
+                    continue
                 ax.plot(xs, neg, marker="o", label=lab + " negative")
                 ax.plot(xs[:len(pos)], pos, marker="x", linestyle="--", label=lab + " positive")
             ax.set_xlabel("load factor")

@@ -255,6 +255,21 @@ def paper_figures(d):
         axes[1].set_title("PMEH: bytes flushed per insert while loading")
         axes[0].legend(fontsize=8)
         save(fig, "pmeh-moved.png")
+        # Fig. 15: the load factor over inserts, one line per split multiple.
+        f15 = [y for y in r if y.get("label", "").startswith("lf s") and
+               y["workload"] == "lfsweep-negread"]
+        if f15:
+            fig, ax = plt.subplots(figsize=(5.5, 3.5))
+            for sp in ["2", "4", "8", "16"]:
+                pts = sorted((y["size"] / 1e6, y["load_factor"]) for y in f15
+                             if y["label"] == "lf s" + sp)
+                if pts:
+                    ax.plot(*zip(*pts), "o-", markersize=3, label=sp + "-split")
+            ax.set_xlabel("keys inserted (millions)")
+            ax.set_ylabel("load factor")
+            ax.set_title("PMEH load factor over inserts (Fig. 15)")
+            ax.legend(fontsize=8)
+            save(fig, "pmeh-fig15.png")
         # Fig. 14: routed searches over skew, opportunistic vs partition-only vs locked.
         f14 = [y for y in r if y.get("label", "").startswith("fig14 ")]
         if f14:
