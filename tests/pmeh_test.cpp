@@ -672,7 +672,8 @@ TEST_P(PmehTest, EightThreadsDefaultsAndMatrix) {
 // (for_each), check().
 TEST_P(PmehTest, RacingWritersOnStashedRecordsLoseAndDuplicateNothing) {
   constexpr int writers = 4, readers = 2;
-  const uint64_t n = 2400 / kScale;  // a multiple of writers
+  // Not scaled down under sanitizers: with fewer keys the 16-zone setup stashes nothing.
+  const uint64_t n = 2400;  // a multiple of writers
   const int ops = 3000 / kScale;
   const std::vector<std::pair<std::string, std::map<std::string, std::string>>> configs = {
       {"locked, one zone",
