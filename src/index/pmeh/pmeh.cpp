@@ -36,6 +36,7 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
   latest_.store(root_->latest_dir);
   recover();  // recovery.cpp
+  open_segments_read_ = open_segment_reads();
 }
 
 Pmeh::~Pmeh() = default;
@@ -92,6 +93,7 @@ Status Pmeh::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
       seg < 2048 || split < 2 || zones == 0)
     return {Code::kCorrupted, "pmeh: pool header lacks layout parameters"};
   uint64_t nseg = uint64_t{1} << depth;
+  open_segment_reads() = 0;  // a new pool: nothing was validated
   std::vector<pm::Reservation> rs;
   auto take = [&](uint64_t size) {
     pm::Reservation r = ctx.alloc.reserve(size);
@@ -395,6 +397,7 @@ void Pmeh::counters(std::map<std::string, double>* out) const {
   (*out)["displacements"] = double(displaced_.load());
   (*out)["stashed"] = double(stashed_.load());
   (*out)["dir_array_full_fills"] = double(forced_fills_.load());
+  (*out)["open_segments_read"] = double(open_segments_read_);
   (*out)["lock_free_writes"] = double(lf);
   (*out)["locked_writes"] = double(lk);
   (*out)["lock_free_share"] = lf + lk ? double(lf) / double(lf + lk) : 0.0;

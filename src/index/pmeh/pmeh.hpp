@@ -180,8 +180,15 @@ class Pmeh final : public Scheme {
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> splits_{0}, moved_{0}, expansions_{0}, displaced_{0}, stashed_{0};
   std::atomic<uint64_t> forced_fills_{0};
+  uint64_t open_segments_read_ = 0;  // segments open (validation, recovery) read: counter
   std::atomic<uint64_t> split_fill_min_{1000};  // per mille; 1000 until the first split  //
                                                 // expansions that found the directory array full
 };
+
+// Segments read at open (header or buckets) by validation (validate.cpp) and recovery, counted
+// in the opening thread from validate() on and taken by the constructor as the counter
+// open_segments_read: the work of an open, which instant recovery keeps independent of the
+// number of keys (tests/pmeh_test.cpp).
+uint64_t& open_segment_reads();
 
 }  // namespace pmhash::pmeh

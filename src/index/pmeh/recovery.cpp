@@ -48,7 +48,11 @@ Status Pmeh::open(SchemeContext& ctx, bool /*clean*/, std::unique_ptr<Scheme>* o
 // directory array is published atomically with its allocation (case 3); bucket locks are
 // reset lazily per segment through the crash version (case 5).
 void Pmeh::recover() {
-  for (uint32_t z = 0; z < (1u << zone_bits_); ++z) finish_split(z);
+  const SplitRecord* log = pool_.ptr<SplitRecord>(root_->split_log);
+  for (uint32_t z = 0; z < (1u << zone_bits_); ++z) {
+    open_segment_reads() += log[z].flag != 0;  // the split's old segment
+    finish_split(z);
+  }
 }
 
 // §III-F case 5: the first access to a segment after an open resets its bucket locks,

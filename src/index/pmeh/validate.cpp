@@ -7,6 +7,11 @@
 
 namespace pmhash::pmeh {
 
+uint64_t& open_segment_reads() {
+  thread_local uint64_t n = 0;
+  return n;
+}
+
 namespace {
 
 // Directory number n, as Pmeh::dir finds it: in ring entry n % kMaxDirs, with that number.
@@ -51,6 +56,7 @@ Status validate_mapping(const SchemeContext& ctx, const Root& r) {
                        block_array<uint64_t>(ctx, so, r.segment_bytes / 8) == nullptr))
       return damaged(ctx, "pmeh",
                      where(t) + " leads to offset " + std::to_string(so) + ", not a segment");
+    if (so != prev) ++open_segment_reads();
     prev = so;
     const SegmentHeader* sh = ctx.pool.ptr<SegmentHeader>(so);
     // A segment's crash version is one an open has used (1 at creation), possibly with the
@@ -76,6 +82,7 @@ Status validate_mapping(const SchemeContext& ctx, const Root& r) {
 }  // namespace
 
 Status validate(const SchemeContext& ctx) {
+  open_segment_reads() = 0;
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return damaged(ctx, "pmeh", "root object missing or damaged");
   if (r->segment_bytes < 2048 || r->segment_bytes > 131072 ||
@@ -128,6 +135,7 @@ uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
       if (older[i] != nullptr) so = older[i]->entries[t >> (ld->depth - older[i]->depth)];
     if (so == prev) continue;
     prev = so;
+    ++open_segment_reads();
     const Bucket* b = reinterpret_cast<const Bucket*>(ctx.pool.ptr<SegmentHeader>(so) + 1);
     for (uint64_t i = 0; i < nb && n < enough; ++i) n += std::popcount(word::alloc(b[i].word0));
   }
