@@ -164,7 +164,7 @@ Status Pmeh::get(std::string_view key, std::string* value) {
       continue;
     }
     SegmentHeader* s = segment(so);
-    ensure_recovered(s);
+    if (Status bad = ensure_recovered(s, k.h); !bad.ok()) return bad;
     uint64_t m1 = load_word(s->meta);
     if (!covers(m1, k.h)) {
       // A split moved the key's range and the directory is about to say where; a walk
@@ -220,7 +220,10 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       continue;
     }
     SegmentHeader* s = segment(so);
-    ensure_recovered(s);
+    if (Status bad = ensure_recovered(s, k.h); !bad.ok()) {
+      exit(z, zm);
+      return bad;
+    }
     uint64_t b = bucket_of(k.h);
     lock_buckets(s, b, zm, ts);
     if (!covers(load_word(s->meta), k.h)) {  // split meanwhile (shared mode): retry
@@ -296,7 +299,10 @@ Status Pmeh::remove(std::string_view key) {
       continue;
     }
     SegmentHeader* s = segment(so);
-    ensure_recovered(s);
+    if (Status bad = ensure_recovered(s, k.h); !bad.ok()) {
+      exit(z, zm);
+      return bad;
+    }
     uint64_t b = bucket_of(k.h);
     lock_buckets(s, b, zm, ts);
     if (!covers(load_word(s->meta), k.h)) {
@@ -452,6 +458,9 @@ bool Pmeh::check(std::string* report) const {
     uint64_t meta = s->meta;
     Bucket* bs = buckets(s);
     bool rec = recovered(s);
+    if (!crash_version_used(s->lock_gen))  // what a first access refuses (check_first_access)
+      bad("segment " + std::to_string(so) + ": crash version " + std::to_string(s->lock_gen) +
+          ", which no open used (latest " + std::to_string(gen_) + ")");
     std::vector<uint32_t> live = live_alloc(s);
     if (rec) {
       uint64_t stale = stale_overflow(s).size();

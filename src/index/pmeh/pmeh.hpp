@@ -114,7 +114,11 @@ class Pmeh final : public Scheme {
   Status refuse_foreign(uint32_t z) const;
 
   // Buckets (Dash: balanced insert, displacement, stash).
-  void ensure_recovered(SegmentHeader* s);
+  // The first access after an open checks and recovers the segment (recovery.cpp);
+  // kCorrupted, writing nothing, if it is damaged.
+  Status ensure_recovered(SegmentHeader* s, uint64_t h);
+  Status check_first_access(const SegmentHeader* s, uint64_t lock_gen, uint64_t h) const;
+  bool crash_version_used(uint64_t lock_gen) const;
   bool recovered(const SegmentHeader* s) const;
   std::vector<uint32_t> kept_alloc(SegmentHeader* s) const;
   std::vector<uint32_t> live_alloc(SegmentHeader* s) const;

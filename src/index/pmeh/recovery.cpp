@@ -58,11 +58,16 @@ void Pmeh::recover() {
 // §III-F case 5: the first access to a segment after an open resets its bucket locks,
 // removes a record a crash during displacement left in two buckets, and clears overflow
 // metadata a crash left pointing at nothing. Until then, size(), for_each() and check()
-// apply the same rules without writing (live_alloc, stale_overflow).
-void Pmeh::ensure_recovered(SegmentHeader* s) {
+// apply the same rules without writing (live_alloc, stale_overflow). First it checks what
+// open does not read (check_first_access): a damaged segment is kCorrupted, left unwritten.
+Status Pmeh::ensure_recovered(SegmentHeader* s, uint64_t h) {
   std::atomic_ref<uint64_t> g(s->lock_gen);
   uint64_t v = g.load(std::memory_order_acquire);
-  if (v == gen_) return;
+  if (v == gen_) return Status::Ok();
+  if (v != (gen_ | kRecovering)) {
+    Status bad = check_first_access(s, v, h);
+    if (!bad.ok()) return bad;
+  }
   if (v != (gen_ | kRecovering) && g.compare_exchange_strong(v, gen_ | kRecovering)) {
     Bucket* bs = buckets(s);
     const pm::Persister& p = pool_.persister();
@@ -78,9 +83,48 @@ void Pmeh::ensure_recovered(SegmentHeader* s) {
     p.fence();
     trim_overflow(s);
     g.store(gen_, std::memory_order_release);
-    return;
+    return Status::Ok();
   }
   while (g.load(std::memory_order_acquire) != gen_) cpu_relax();
+  return Status::Ok();
+}
+
+// A crash version an earlier open of this pool used (1 at creation), possibly with the
+// recovering bit of an open that crashed while recovering the segment: 0 (a zeroed header,
+// which would read as an empty depth-0 segment covering every key) or a later one is damage.
+bool Pmeh::crash_version_used(uint64_t lock_gen) const {
+  uint64_t g = lock_gen & ~kRecovering;
+  return g != 0 && g <= gen_;
+}
+
+// What open no longer reads of each segment (validate.cpp: the directories only, so that
+// recovery stays instant), checked at its first access, before anything is written: the
+// crash version, and that its metadata covers the whole entry of the latest directory the
+// key's hash falls in (seg::covers_entry, as check() requires of every entry). No split or
+// other access has changed this segment since open (they all come through here first), and
+// every state a crash leaves satisfies both; so a failure is damage, and without this check
+// the hot paths' walks would retry 100,000 times before giving up.
+Status Pmeh::check_first_access(const SegmentHeader* s, uint64_t lock_gen, uint64_t h) const {
+  uint64_t so = pool_.offset(s);
+  if (!crash_version_used(lock_gen))
+    return {Code::kCorrupted, "pmeh: segment " + std::to_string(so) + " has crash version " +
+                                  std::to_string(lock_gen) +
+                                  ", which no earlier open used (this open's is " +
+                                  std::to_string(gen_) + "): its header is damaged"};
+  uint64_t k = latest_.load(std::memory_order_acquire);
+  const Directory* d = dir(k);  // the latest directory is never freed
+  uint64_t m = load_word(s->meta);
+  if (d != nullptr && !seg::covers_entry(m, entry_of(h, d->depth), d->depth, shift_))
+    return {Code::kCorrupted, "pmeh: segment " + std::to_string(so) + " (local depth " +
+                                  std::to_string(seg::depth(m)) + ", pattern " +
+                                  std::to_string(seg::pattern(m)) + ", splitting bitmap " +
+                                  std::to_string(seg::bitmap(m)) + ") does not cover hash prefix " +
+                                  std::to_string(entry_of(h, d->depth)) +
+                                  " of the latest directory (" + std::to_string(k) + ", depth " +
+                                  std::to_string(d->depth) +
+                                  ") that leads to it: the directory or the segment "
+                                  "header is damaged"};
+  return Status::Ok();
 }
 
 bool Pmeh::recovered(const SegmentHeader* s) const {
