@@ -2,6 +2,7 @@
 // the split records (cases 2 and 4), and each segment's locks and displacement leftovers
 // are repaired lazily at its first access (case 5). validate.cpp checks a pool before this.
 #include <set>
+#include <thread>
 
 #include "index/pmeh/pmeh.hpp"
 
@@ -62,13 +63,22 @@ void Pmeh::recover() {
 // open does not read (check_first_access): a damaged segment is kCorrupted, left unwritten.
 Status Pmeh::ensure_recovered(SegmentHeader* s, uint64_t h) {
   std::atomic_ref<uint64_t> g(s->lock_gen);
-  uint64_t v = g.load(std::memory_order_acquire);
-  if (v == gen_) return Status::Ok();
-  if (v != (gen_ | kRecovering)) {
+  for (int spins = 0;; ++spins) {
+    uint64_t v = g.load(std::memory_order_acquire);
+    if (v == gen_) return Status::Ok();
+    if (v == (gen_ | kRecovering) || !g.compare_exchange_strong(v, gen_ | kRecovering)) {
+      if (spins > 64) std::this_thread::yield();  // another thread checks or recovers it
+      cpu_relax();
+      continue;
+    }
+    // This thread alone has the segment now: no other access, and so no split, reads or
+    // changes it until lock_gen is gen_ (checked here, not before the CAS: a winner could
+    // have recovered and split it under a check made outside).
     Status bad = check_first_access(s, v, h);
-    if (!bad.ok()) return bad;
-  }
-  if (v != (gen_ | kRecovering) && g.compare_exchange_strong(v, gen_ | kRecovering)) {
+    if (!bad.ok()) {
+      g.store(v, std::memory_order_release);  // as found: the damaged segment is not written
+      return bad;
+    }
     Bucket* bs = buckets(s);
     const pm::Persister& p = pool_.persister();
     std::vector<uint32_t> keep = kept_alloc(s);
@@ -85,8 +95,6 @@ Status Pmeh::ensure_recovered(SegmentHeader* s, uint64_t h) {
     g.store(gen_, std::memory_order_release);
     return Status::Ok();
   }
-  while (g.load(std::memory_order_acquire) != gen_) cpu_relax();
-  return Status::Ok();
 }
 
 // A crash version an earlier open of this pool used (1 at creation), possibly with the
@@ -100,10 +108,11 @@ bool Pmeh::crash_version_used(uint64_t lock_gen) const {
 // What open no longer reads of each segment (validate.cpp: the directories only, so that
 // recovery stays instant), checked at its first access, before anything is written: the
 // crash version, and that its metadata covers the whole entry of the latest directory the
-// key's hash falls in (seg::covers_entry, as check() requires of every entry). No split or
-// other access has changed this segment since open (they all come through here first), and
-// every state a crash leaves satisfies both; so a failure is damage, and without this check
-// the hot paths' walks would retry 100,000 times before giving up.
+// key's hash falls in (seg::covers_entry, as check() requires of every entry). The caller
+// holds the segment (the recovering bit), and no split or other access has changed it since
+// open (they all come through ensure_recovered first); every state a crash leaves satisfies
+// both, so a failure is damage. Without this check the hot paths' walks would retry 100,000
+// times before giving up.
 Status Pmeh::check_first_access(const SegmentHeader* s, uint64_t lock_gen, uint64_t h) const {
   uint64_t so = pool_.offset(s);
   if (!crash_version_used(lock_gen))
