@@ -959,6 +959,42 @@ TEST(Damage, PmehStaleLockBitInACleanPoolDoesNotHang) {
   EXPECT_NE(WEXITSTATUS(st), 12) << "the key is not readable after remove and insert";
 }
 
+// PMEH reads no segment at open (instant recovery; docs/schemes/pmeh.md, "Trust"). A zeroed
+// segment header (crash version 0, and metadata 0, which reads as an empty depth-0 segment
+// covering every key) opens; the first access to the segment is kCorrupted naming the crash
+// version and writes nothing, every access after it too, and check() reports it. Without the
+// first-access check, the header would be taken as recovered-to-be and its keys lost.
+TEST(Damage, PmehZeroedSegmentHeaderIsCorruptedAtItsFirstAccess) {
+  SchemeFormat sf{"pmeh", Format::kFixed};
+  TempPool p;
+  std::vector<char> bytes = make_pool(p.path, sf, 100);
+  ASSERT_FALSE(bytes.empty());
+  const auto& r = at<pmeh::Root>(bytes, word_at(bytes, kRootWordOffset));
+  uint64_t d = r.dirs[r.latest_dir % pmeh::kMaxDirs];
+  const std::string key = key_of(5, sf.format);
+  uint64_t t = pmeh::entry_of(common::Items::hash(key), at<pmeh::Directory>(bytes, d).depth);
+  uint64_t so = word_at(bytes, d + sizeof(pmeh::Directory) + 8 * t);
+  ASSERT_NE(so, 0u);
+  std::memset(bytes.data() + so, 0, sizeof(pmeh::SegmentHeader));
+  write_bytes(p.path, bytes);
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(reopen(p.path, sf, false, &idx).ok());
+  std::string v;
+  for (int round = 0; round < 2; ++round) {
+    Status s = idx->get(key, &v);
+    EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+    EXPECT_NE(s.message().find("crash version 0"), std::string::npos) << s.to_string();
+    EXPECT_EQ(idx->remove(key).code(), Code::kCorrupted);
+    EXPECT_EQ(idx->upsert(key, make_value(key, 2, true)).code(), Code::kCorrupted);
+  }
+  const auto* sh = idx->impl()->pool->ptr<pmeh::SegmentHeader>(so);
+  EXPECT_EQ(sh->lock_gen, 0u) << "the damaged segment was written";
+  EXPECT_EQ(sh->meta, 0u);
+  std::string report;
+  EXPECT_FALSE(idx->impl()->check(&report));
+  EXPECT_NE(report.find("crash version 0"), std::string::npos) << report;
+}
+
 TEST(Damage, SmartHTBadChainPointerIsReportedNotFollowed) {
   smash_and_use({"smartht", Format::kFixed}, 64, 56, 0xffffffffffffffffull);
 }

@@ -509,6 +509,39 @@ TEST_P(PmehTest, DisplacedDuplicateAfterACrashIsCountedOnceAndCheckWritesNothing
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
 }
 
+// §III-F instant recovery: an open reads the root, the split records and the directories,
+// and segments only as many as a key count does not change (the recorded-count probe reads
+// the first segment that holds an item). Before, validation read every segment's header at
+// open (44 ms at 10M keys). Exact counts of segments read at open, after a clean close and
+// after a crash, for 2,000 and 60,000 keys in 2 KB segments (30x the segments).
+TEST_P(PmehTest, OpenReadsAsManySegmentsWhateverTheKeyCount) {
+  std::map<int, double> segments, clean_reads, crash_reads;
+  for (int n : {2000, 60000}) {
+    SCOPED_TRACE(std::to_string(n) + " keys");
+    TempPool p;
+    Options o = options({{"segment_bytes", "2048"}, {"zones", "4"}});
+    o.pool_size = 64u << 20;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+    segments[n] = counters(*idx)["segments"];
+    ASSERT_TRUE(idx->close().ok());
+    idx.reset();
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    clean_reads[n] = counters(*idx)["open_segments_read"];
+    idx->impl()->closed = true;  // a crash: no clean close
+    idx.reset();
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    crash_reads[n] = counters(*idx)["open_segments_read"];
+    EXPECT_EQ(idx->size(), uint64_t(n));
+  }
+  EXPECT_GT(segments[60000], 10 * segments[2000]);
+  EXPECT_EQ(clean_reads[2000], clean_reads[60000]);
+  EXPECT_EQ(crash_reads[2000], crash_reads[60000]);
+  EXPECT_LE(clean_reads[60000], 1);
+  EXPECT_LE(crash_reads[60000], 1);
+}
+
 // Issue 7: the 12-entry directory array is a ring; a directory's entry is reused once it is
 // freed, so growth is bounded by the pool only. Keys with a long shared hash prefix deepen
 // the directory at almost every split. With zones 1..3 idle (all keys in zone 0), the older

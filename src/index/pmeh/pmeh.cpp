@@ -36,6 +36,7 @@ Pmeh::Pmeh(SchemeContext& ctx, uint64_t root_off)
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
   latest_.store(root_->latest_dir);
   recover();  // recovery.cpp
+  open_segments_read_ = open_segment_reads();
 }
 
 Pmeh::~Pmeh() = default;
@@ -92,6 +93,7 @@ Status Pmeh::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
       seg < 2048 || split < 2 || zones == 0)
     return {Code::kCorrupted, "pmeh: pool header lacks layout parameters"};
   uint64_t nseg = uint64_t{1} << depth;
+  open_segment_reads() = 0;  // a new pool: nothing was validated
   std::vector<pm::Reservation> rs;
   auto take = [&](uint64_t size) {
     pm::Reservation r = ctx.alloc.reserve(size);
@@ -162,7 +164,7 @@ Status Pmeh::get(std::string_view key, std::string* value) {
       continue;
     }
     SegmentHeader* s = segment(so);
-    ensure_recovered(s);
+    if (Status bad = ensure_recovered(s, k.h); !bad.ok()) return bad;
     uint64_t m1 = load_word(s->meta);
     if (!covers(m1, k.h)) {
       // A split moved the key's range and the directory is about to say where; a walk
@@ -218,7 +220,10 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       continue;
     }
     SegmentHeader* s = segment(so);
-    ensure_recovered(s);
+    if (Status bad = ensure_recovered(s, k.h); !bad.ok()) {
+      exit(z, zm);
+      return bad;
+    }
     uint64_t b = bucket_of(k.h);
     lock_buckets(s, b, zm, ts);
     if (!covers(load_word(s->meta), k.h)) {  // split meanwhile (shared mode): retry
@@ -294,7 +299,10 @@ Status Pmeh::remove(std::string_view key) {
       continue;
     }
     SegmentHeader* s = segment(so);
-    ensure_recovered(s);
+    if (Status bad = ensure_recovered(s, k.h); !bad.ok()) {
+      exit(z, zm);
+      return bad;
+    }
     uint64_t b = bucket_of(k.h);
     lock_buckets(s, b, zm, ts);
     if (!covers(load_word(s->meta), k.h)) {
@@ -395,6 +403,7 @@ void Pmeh::counters(std::map<std::string, double>* out) const {
   (*out)["displacements"] = double(displaced_.load());
   (*out)["stashed"] = double(stashed_.load());
   (*out)["dir_array_full_fills"] = double(forced_fills_.load());
+  (*out)["open_segments_read"] = double(open_segments_read_);
   (*out)["lock_free_writes"] = double(lf);
   (*out)["locked_writes"] = double(lk);
   (*out)["lock_free_share"] = lf + lk ? double(lf) / double(lf + lk) : 0.0;
@@ -449,6 +458,9 @@ bool Pmeh::check(std::string* report) const {
     uint64_t meta = s->meta;
     Bucket* bs = buckets(s);
     bool rec = recovered(s);
+    if (!crash_version_used(s->lock_gen))  // what a first access refuses (check_first_access)
+      bad("segment " + std::to_string(so) + ": crash version " + std::to_string(s->lock_gen) +
+          ", which no open used (latest " + std::to_string(gen_) + ")");
     std::vector<uint32_t> live = live_alloc(s);
     if (rec) {
       uint64_t stale = stale_overflow(s).size();

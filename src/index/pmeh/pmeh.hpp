@@ -114,7 +114,11 @@ class Pmeh final : public Scheme {
   Status refuse_foreign(uint32_t z) const;
 
   // Buckets (Dash: balanced insert, displacement, stash).
-  void ensure_recovered(SegmentHeader* s);
+  // The first access after an open checks and recovers the segment (recovery.cpp);
+  // kCorrupted, writing nothing, if it is damaged.
+  Status ensure_recovered(SegmentHeader* s, uint64_t h);
+  Status check_first_access(const SegmentHeader* s, uint64_t lock_gen, uint64_t h) const;
+  bool crash_version_used(uint64_t lock_gen) const;
   bool recovered(const SegmentHeader* s) const;
   std::vector<uint32_t> kept_alloc(SegmentHeader* s) const;
   std::vector<uint32_t> live_alloc(SegmentHeader* s) const;
@@ -180,8 +184,15 @@ class Pmeh final : public Scheme {
   std::unique_ptr<ThreadStats[]> tstats_;
   std::atomic<uint64_t> splits_{0}, moved_{0}, expansions_{0}, displaced_{0}, stashed_{0};
   std::atomic<uint64_t> forced_fills_{0};
+  uint64_t open_segments_read_ = 0;  // segments open (validation, recovery) read: counter
   std::atomic<uint64_t> split_fill_min_{1000};  // per mille; 1000 until the first split  //
                                                 // expansions that found the directory array full
 };
+
+// Segments read at open (header or buckets) by validation (validate.cpp) and recovery, counted
+// in the opening thread from validate() on and taken by the constructor as the counter
+// open_segments_read: the work of an open, which instant recovery keeps independent of the
+// number of keys (tests/pmeh_test.cpp).
+uint64_t& open_segment_reads();
 
 }  // namespace pmhash::pmeh

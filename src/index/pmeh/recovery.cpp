@@ -2,6 +2,7 @@
 // the split records (cases 2 and 4), and each segment's locks and displacement leftovers
 // are repaired lazily at its first access (case 5). validate.cpp checks a pool before this.
 #include <set>
+#include <thread>
 
 #include "index/pmeh/pmeh.hpp"
 
@@ -48,18 +49,36 @@ Status Pmeh::open(SchemeContext& ctx, bool /*clean*/, std::unique_ptr<Scheme>* o
 // directory array is published atomically with its allocation (case 3); bucket locks are
 // reset lazily per segment through the crash version (case 5).
 void Pmeh::recover() {
-  for (uint32_t z = 0; z < (1u << zone_bits_); ++z) finish_split(z);
+  const SplitRecord* log = pool_.ptr<SplitRecord>(root_->split_log);
+  for (uint32_t z = 0; z < (1u << zone_bits_); ++z) {
+    open_segment_reads() += log[z].flag != 0;  // the split's old segment
+    finish_split(z);
+  }
 }
 
 // §III-F case 5: the first access to a segment after an open resets its bucket locks,
 // removes a record a crash during displacement left in two buckets, and clears overflow
 // metadata a crash left pointing at nothing. Until then, size(), for_each() and check()
-// apply the same rules without writing (live_alloc, stale_overflow).
-void Pmeh::ensure_recovered(SegmentHeader* s) {
+// apply the same rules without writing (live_alloc, stale_overflow). First it checks what
+// open does not read (check_first_access): a damaged segment is kCorrupted, left unwritten.
+Status Pmeh::ensure_recovered(SegmentHeader* s, uint64_t h) {
   std::atomic_ref<uint64_t> g(s->lock_gen);
-  uint64_t v = g.load(std::memory_order_acquire);
-  if (v == gen_) return;
-  if (v != (gen_ | kRecovering) && g.compare_exchange_strong(v, gen_ | kRecovering)) {
+  for (int spins = 0;; ++spins) {
+    uint64_t v = g.load(std::memory_order_acquire);
+    if (v == gen_) return Status::Ok();
+    if (v == (gen_ | kRecovering) || !g.compare_exchange_strong(v, gen_ | kRecovering)) {
+      if (spins > 64) std::this_thread::yield();  // another thread checks or recovers it
+      cpu_relax();
+      continue;
+    }
+    // This thread alone has the segment now: no other access, and so no split, reads or
+    // changes it until lock_gen is gen_ (checked here, not before the CAS: a winner could
+    // have recovered and split it under a check made outside).
+    Status bad = check_first_access(s, v, h);
+    if (!bad.ok()) {
+      g.store(v, std::memory_order_release);  // as found: the damaged segment is not written
+      return bad;
+    }
     Bucket* bs = buckets(s);
     const pm::Persister& p = pool_.persister();
     std::vector<uint32_t> keep = kept_alloc(s);
@@ -74,9 +93,47 @@ void Pmeh::ensure_recovered(SegmentHeader* s) {
     p.fence();
     trim_overflow(s);
     g.store(gen_, std::memory_order_release);
-    return;
+    return Status::Ok();
   }
-  while (g.load(std::memory_order_acquire) != gen_) cpu_relax();
+}
+
+// A crash version an earlier open of this pool used (1 at creation), possibly with the
+// recovering bit of an open that crashed while recovering the segment: 0 (a zeroed header,
+// which would read as an empty depth-0 segment covering every key) or a later one is damage.
+bool Pmeh::crash_version_used(uint64_t lock_gen) const {
+  uint64_t g = lock_gen & ~kRecovering;
+  return g != 0 && g <= gen_;
+}
+
+// What open no longer reads of each segment (validate.cpp: the directories only, so that
+// recovery stays instant), checked at its first access, before anything is written: the
+// crash version, and that its metadata covers the whole entry of the latest directory the
+// key's hash falls in (seg::covers_entry, as check() requires of every entry). The caller
+// holds the segment (the recovering bit), and no split or other access has changed it since
+// open (they all come through ensure_recovered first); every state a crash leaves satisfies
+// both, so a failure is damage. Without this check the hot paths' walks would retry 100,000
+// times before giving up.
+Status Pmeh::check_first_access(const SegmentHeader* s, uint64_t lock_gen, uint64_t h) const {
+  uint64_t so = pool_.offset(s);
+  if (!crash_version_used(lock_gen))
+    return {Code::kCorrupted, "pmeh: segment " + std::to_string(so) + " has crash version " +
+                                  std::to_string(lock_gen) +
+                                  ", which no earlier open used (this open's is " +
+                                  std::to_string(gen_) + "): its header is damaged"};
+  uint64_t k = latest_.load(std::memory_order_acquire);
+  const Directory* d = dir(k);  // the latest directory is never freed
+  uint64_t m = load_word(s->meta);
+  if (d != nullptr && !seg::covers_entry(m, entry_of(h, d->depth), d->depth, shift_))
+    return {Code::kCorrupted, "pmeh: segment " + std::to_string(so) + " (local depth " +
+                                  std::to_string(seg::depth(m)) + ", pattern " +
+                                  std::to_string(seg::pattern(m)) + ", splitting bitmap " +
+                                  std::to_string(seg::bitmap(m)) + ") does not cover hash prefix " +
+                                  std::to_string(entry_of(h, d->depth)) +
+                                  " of the latest directory (" + std::to_string(k) + ", depth " +
+                                  std::to_string(d->depth) +
+                                  ") that leads to it: the directory or the segment "
+                                  "header is damaged"};
+  return Status::Ok();
 }
 
 bool Pmeh::recovered(const SegmentHeader* s) const {

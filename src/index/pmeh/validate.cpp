@@ -7,6 +7,11 @@
 
 namespace pmhash::pmeh {
 
+uint64_t& open_segment_reads() {
+  thread_local uint64_t n = 0;
+  return n;
+}
+
 namespace {
 
 // Directory number n, as Pmeh::dir finds it: in ring entry n % kMaxDirs, with that number.
@@ -17,17 +22,18 @@ const Directory* dir_number(const SchemeContext& ctx, const Root& r, uint64_t n)
   return d != nullptr && (d->number == n || (d->number == 0 && n < kMaxDirs)) ? d : nullptr;
 }
 
-// The directory -> segment mapping the hot paths trust (docs/schemes/pmeh.md, "Trust"):
-// every entry of the latest directory leads, through the older directories where its zone
-// is not filled yet (find_segment's walk), to an allocated segment that covers all of the
-// entry's hashes (seg::covers_entry). Directory sizes were checked by the caller. Every
-// state a crash can leave (a split record not yet redone, a zone fill cut short) satisfies
-// it: a split publishes the new segment before the entries point at it, and changes the old
-// segment's metadata only after they do.
+// The directory -> segment mapping the hot paths trust (docs/schemes/pmeh.md, "Trust"),
+// as far as the directories alone tell: every entry of the latest directory leads, through
+// the older directories where its zone is not filled yet (find_segment's walk), to an
+// allocated, aligned block of a segment's size. No segment is read, so that recovery stays
+// instant (§III-F): that the segment covers all of the entry's hashes (seg::covers_entry)
+// and has a crash version an open used is checked at its first access instead
+// (Pmeh::check_first_access). Directory sizes were checked by the caller. Every state a
+// crash can leave (a split record not yet redone, a zone fill cut short) satisfies it: a
+// split publishes the new segment before the entries point at it.
 Status validate_mapping(const SchemeContext& ctx, const Root& r) {
   const uint64_t k = r.latest_dir;
   const Directory* ld = dir_number(ctx, r, k);
-  const uint32_t shift = static_cast<uint32_t>(r.split_shift);
   std::vector<const Directory*> older;  // newest first, as the walk goes
   for (uint64_t j = k; j-- > (k >= kMaxDirs - 1 ? k - (kMaxDirs - 1) : 0);) {
     const Directory* d = dir_number(ctx, r, j);
@@ -52,23 +58,6 @@ Status validate_mapping(const SchemeContext& ctx, const Root& r) {
       return damaged(ctx, "pmeh",
                      where(t) + " leads to offset " + std::to_string(so) + ", not a segment");
     prev = so;
-    const SegmentHeader* sh = ctx.pool.ptr<SegmentHeader>(so);
-    // A segment's crash version is one an open has used (1 at creation), possibly with the
-    // recovering bit: 0 (a zeroed header, which would pass as an empty depth-0 segment) or
-    // a future one is damage.
-    uint64_t gen = sh->lock_gen & ~(uint64_t{1} << 63);
-    if (gen == 0 || gen > r.open_gen)
-      return damaged(ctx, "pmeh",
-                     where(t) + " leads to segment " + std::to_string(so) +
-                         " whose crash version " + std::to_string(sh->lock_gen) +
-                         " no open has used (latest " + std::to_string(r.open_gen) + ")");
-    const uint64_t m = sh->meta;
-    if (!seg::covers_entry(m, t, ld->depth, shift))
-      return damaged(ctx, "pmeh",
-                     where(t) + " leads to segment " + std::to_string(so) + " (local depth " +
-                         std::to_string(seg::depth(m)) + ", pattern " +
-                         std::to_string(seg::pattern(m)) + ", splitting bitmap " +
-                         std::to_string(seg::bitmap(m)) + "), which does not cover it");
   }
   return Status::Ok();
 }
@@ -76,6 +65,7 @@ Status validate_mapping(const SchemeContext& ctx, const Root& r) {
 }  // namespace
 
 Status validate(const SchemeContext& ctx) {
+  open_segment_reads() = 0;
   const Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return damaged(ctx, "pmeh", "root object missing or damaged");
   if (r->segment_bytes < 2048 || r->segment_bytes > 131072 ||
@@ -128,6 +118,7 @@ uint64_t items_found(const SchemeContext& ctx, uint64_t enough) {
       if (older[i] != nullptr) so = older[i]->entries[t >> (ld->depth - older[i]->depth)];
     if (so == prev) continue;
     prev = so;
+    ++open_segment_reads();
     const Bucket* b = reinterpret_cast<const Bucket*>(ctx.pool.ptr<SegmentHeader>(so) + 1);
     for (uint64_t i = 0; i < nb && n < enough; ++i) n += std::popcount(word::alloc(b[i].word0));
   }
