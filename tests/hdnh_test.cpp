@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "crash_sim.hpp"
 #include "index_impl.hpp"
 #include "test_util.hpp"
 
@@ -438,6 +439,70 @@ TEST_P(HdnhTest, KeysSharingAHotBucketInAnyLevelShareTheRecoveryPartition) {
     }
     for (unsigned t = 0; t < nt; ++t) EXPECT_GT(used[t], 0) << "partition " << t << " empty";
   }
+}
+#endif
+
+#ifdef PMHASH_CRASH_HOOKS
+// §3.7 rebuild, one window of hot buckets at a time: after a crash at a fence in the middle
+// of a load, a recovery with more threads than cores, each filling many partitions, gives
+// every acknowledged key back through both paths — its copy in the hot table and its OCF
+// entry (get() without the hot table). The table is sparse (8 hot slots per bucket), so
+// every record has a free hot slot: a partition the fill skipped, a window it filled only
+// partly or a record the traversal dropped is a key without a hot copy here.
+TEST_P(HdnhTest, CrashRecoveryInManyWindowsRestoresEveryAckedKeyInBothPaths) {
+  TempPool p;
+  const int n = 4000;
+  Options o = options({{"hot_slots", "8"}});
+  o.capacity_hint = 4 * n;
+  std::vector<char> image;
+  int acked = 0, acked_at_crash = -1;
+  {
+    CrashSim sim;
+    OpenHooks hooks;
+    hooks.persist_hook = &sim;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(open_index(p.path, o, hooks, &idx).ok());
+    uint64_t fences = 0;
+    sim.at_crash_point = [&] {  // inside an insert about 3/4 through the load
+      if (++fences != uint64_t(3 * n / 2 + 1)) return;
+      sim.make_image(CrashSim::Mix::kPerWord, 7, &image);
+      acked_at_crash = acked;
+    };
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+      acked = i + 1;
+    }
+    sim.at_crash_point = nullptr;
+    idx->impl()->closed = true;  // leave the file to the image
+  }
+  ASSERT_GT(acked_at_crash, n / 2);
+  write_bytes(p.path, image);
+  const unsigned threads = 3 * std::max(1u, std::thread::hardware_concurrency());
+  o.params["recovery_threads"] = std::to_string(threads);
+  o.create = false;
+  hdnh::Hdnh::test_window_bytes = 4096;
+  std::unique_ptr<Index> idx;
+  Status s = Index::open(p.path, o, &idx);
+  hdnh::Hdnh::test_window_bytes = 0;
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_TRUE(idx->stats().recovered_from_crash);
+  auto* h = static_cast<hdnh::Hdnh*>(idx->impl()->scheme.get());
+  hdnh::Hdnh::test_window_bytes = 4096;
+  unsigned parts = h->test_recovery_parts(threads);
+  hdnh::Hdnh::test_window_bytes = 0;
+  ASSERT_GE(parts, 4 * threads) << "every thread fills several windows";
+  std::string got;
+  for (int i = 0; i < acked_at_crash; ++i) {
+    ASSERT_TRUE(h->test_get_hot(key(i), &got)) << "key " << i << " has no hot copy";
+    ASSERT_EQ(got, value(i));
+    ASSERT_TRUE(h->test_get_ocf(key(i), &got)) << "key " << i << " not found through the OCF";
+    ASSERT_EQ(got, value(i));
+  }
+  uint64_t size = idx->size();
+  EXPECT_TRUE(size == uint64_t(acked_at_crash) || size == uint64_t(acked_at_crash) + 1) << size;
+  EXPECT_EQ(counters(*idx)["hot_items"], double(size));
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;
 }
 #endif
 

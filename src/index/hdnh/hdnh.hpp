@@ -97,9 +97,16 @@ class Hdnh final : public Scheme {
   std::function<void(int, uint64_t, int)> test_after_entry;
   // Drops the key's hot-table copies (so the next get() reads PM and fills).
   void test_drop_hot(std::string_view key);
-  // The key's hot bucket in level i of the published set, and its recovery partition of nt.
+  // The key's hot bucket in level i of the published set, its recovery partition of
+  // `parts`, and the partitions a rebuild with nt threads uses.
   uint64_t test_hot_bucket(std::string_view key, int level) const;
-  unsigned test_hot_partition(std::string_view key, unsigned nt) const;
+  unsigned test_hot_partition(std::string_view key, unsigned parts) const;
+  unsigned test_recovery_parts(unsigned nt) const;
+  // Bytes of hot buckets per recovery partition (0: the default, kWindowBytes).
+  static inline uint64_t test_window_bytes = 0;
+  // A key's value through one path only, no fill: its hot-table copy, or the OCF and PM.
+  bool test_get_hot(std::string_view key, std::string* value);
+  bool test_get_ocf(std::string_view key, std::string* value);
   int test_levels() const {
     return levels_.load()->n;
   }
@@ -219,12 +226,14 @@ class Hdnh final : public Scheme {
 
   // Recovery (§3.7): the OCF from one traversal, then the hot table per hot-bucket partition.
   void rebuild_dram();
-  unsigned hot_partition(const LevelSet& set, const Hashed& k, unsigned nt) const;
-  int64_t rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt,
+  unsigned recovery_parts(const LevelSet& set, unsigned nt) const;
+  unsigned hot_partition(const LevelSet& set, const Hashed& k, unsigned parts) const;
+  int64_t rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt, unsigned parts,
                       std::vector<std::vector<HotRecord>>* found) const;
   void fill_hot_partition(const LevelSet& set,
-                          const std::vector<std::vector<std::vector<HotRecord>>>& found,
-                          unsigned p);
+                          const std::vector<std::vector<std::vector<HotRecord>>>& found, unsigned p,
+                          unsigned k);
+  void prefault_window(const LevelSet& set, unsigned q, unsigned parts) const;
   void hot_place(const LevelSet& set, const HotRecord& r);
 
   pm::Pool& pool_;

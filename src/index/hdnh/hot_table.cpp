@@ -279,6 +279,12 @@ void Hdnh::hot_fill(const LevelSet& set, const Hashed& k, std::string_view key) 
 }
 
 #ifdef PMHASH_CRASH_HOOKS
+bool Hdnh::test_get_hot(std::string_view key, std::string* value) {
+  if (cfg_.replacement == Replacement::kOff) return false;
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  return hot_get(*levels_.load(std::memory_order_acquire), hashed(key), key, value);
+}
+
 void Hdnh::test_drop_hot(std::string_view key) {
   if (cfg_.replacement == Replacement::kOff) return;
   Hashed k = hashed(key);

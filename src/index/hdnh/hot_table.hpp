@@ -59,6 +59,16 @@ inline void* zeroed_pages(uint64_t bytes) {
   if (p == MAP_FAILED) throw std::bad_alloc();
   return p;
 }
+// Faults in bytes [from, to) of them writable, in one call (recovery: a window just before
+// its fill). A page first read maps the shared zero page, and the write after it takes a
+// second fault and a TLB shootdown; the fill reads a slot before writing it. Best effort:
+// a kernel without MADV_POPULATE_WRITE (< 5.14) faults the pages in as they are written.
+inline void prefault_pages(void* base, uint64_t from, uint64_t to) {
+  constexpr uint64_t kPage = 4096;
+  from &= ~(kPage - 1);
+  to = (to + kPage - 1) & ~(kPage - 1);
+  if (to > from) (void)madvise(static_cast<char*>(base) + from, to - from, MADV_POPULATE_WRITE);
+}
 inline void free_pages(void* p, uint64_t bytes) {
   if (p != nullptr) munmap(p, bytes);
 }

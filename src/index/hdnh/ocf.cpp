@@ -118,4 +118,19 @@ void Hdnh::unlock_slot(const Loc& loc, bool is_valid, uint8_t fp) {
                                                        std::memory_order_release);
 }
 
+#ifdef PMHASH_CRASH_HOOKS
+bool Hdnh::test_get_ocf(std::string_view key, std::string* value) {
+  Hashed k = hashed(key);
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  for (;;) {
+    Loc loc;
+    uint64_t vw = 0, pm_slots = 0;
+    bool retry = false;
+    bool found =
+        find(*levels_.load(std::memory_order_acquire), k, key, &loc, &vw, &retry, &pm_slots);
+    if (!retry) return found && items_.read_value(vw, value);
+  }
+}
+#endif
+
 }  // namespace pmhash::hdnh
