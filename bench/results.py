@@ -98,15 +98,13 @@ def compare_tables(rows, repeats, command):
             if s in ("dram", "cuckoo"):
                 continue
 
-            def pick(w, key, variant="pm"):
-                r = [x for x in sel if x["scheme"] == s and x["workload"] == w and
-                     x.get("variant") == variant]
-                return r[0].get(key) if r else None
-
             def pick_row(w, variant="pm"):
                 r = [x for x in sel if x["scheme"] == s and x["workload"] == w and
                      x.get("variant") == variant]
                 return r[0] if r else None
+
+            def pick(w, key, variant="pm"):
+                return (pick_row(w, variant) or {}).get(key)
 
             def f2(v):
                 return "-" if v is None else "%.2f" % v

@@ -306,11 +306,7 @@ TEST_P(HdnhTest, ConcurrentHotKeysWithBackgroundWrites) {
         errors++;
         continue;
       }
-      uint32_t ver = 0;
-      if (fixed())
-        std::memcpy(&ver, got.data(), 4);
-      else
-        ver = static_cast<uint32_t>(std::stoul(got.substr(1)));
+      uint32_t ver = value_version(got, fixed());
       if (ver < floor) errors++;
     }
   });
@@ -775,11 +771,7 @@ TEST_P(HdnhTest, HotKeysUpdatedWhileReadersArePreemptedMidScanAreNeverMissing) {
             misses++;
             continue;
           }
-          uint32_t ver = 0;
-          if (fixed())
-            std::memcpy(&ver, got.data(), 4);
-          else
-            ver = static_cast<uint32_t>(std::stoul(got.substr(1)));
+          uint32_t ver = value_version(got, fixed());
           if (!value_ok(key(k), got, fixed()) || ver > issued[k].load()) bad_values++;
         }
         is_reader = false;
@@ -883,14 +875,7 @@ TEST_P(HdnhConcurrency, OwnersReadersDeletersAndStatsAgreeWithThePerKeyModel) {
   std::atomic<int> owners_left{owners};
   std::atomic<int> errors{0};
   std::atomic<uint64_t> checked{0};
-  auto version_of = [&](const std::string& v) -> uint64_t {
-    uint32_t ver = 0;
-    if (fixed)
-      std::memcpy(&ver, v.data(), 4);
-    else
-      ver = static_cast<uint32_t>(std::stoul(v.substr(1)));
-    return ver;
-  };
+  auto version_of = [&](const std::string& v) -> uint64_t { return value_version(v, fixed); };
   std::vector<std::thread> ts;
   for (int t = 0; t < owners; ++t)
     ts.emplace_back([&, t] {

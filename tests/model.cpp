@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace pmhash::testing {
@@ -54,17 +55,18 @@ std::string make_value(std::string_view key, uint32_t version, bool fixed) {
   return v + hex;
 }
 
-bool value_ok(std::string_view key, std::string_view value, bool fixed) {
+uint32_t value_version(std::string_view value, bool fixed) {
   if (fixed) {
-    if (value.size() != 8) return false;
-    uint64_t w;
-    std::memcpy(&w, value.data(), 8);
-    return make_value(key, static_cast<uint32_t>(w), true) == value;
+    uint32_t v = 0;
+    std::memcpy(&v, value.data(), std::min<size_t>(4, value.size()));
+    return v;
   }
-  if (value.size() < 10 || value[0] != 'v') return false;
-  uint32_t version =
-      static_cast<uint32_t>(std::strtoul(std::string(value.substr(1)).c_str(), nullptr, 10));
-  return make_value(key, version, false) == value;
+  return static_cast<uint32_t>(std::strtoul(std::string(value.substr(1)).c_str(), nullptr, 10));
+}
+
+bool value_ok(std::string_view key, std::string_view value, bool fixed) {
+  if (fixed ? value.size() != 8 : value.size() < 10 || value[0] != 'v') return false;
+  return make_value(key, value_version(value, fixed), fixed) == value;
 }
 
 }  // namespace pmhash::testing

@@ -25,6 +25,8 @@ class Model {
 
 // Values that prove they are not torn: they carry a checksum of their key and version.
 std::string make_value(std::string_view key, uint32_t version, bool fixed);
+// The version a make_value() value was made with.
+uint32_t value_version(std::string_view value, bool fixed);
 bool value_ok(std::string_view key, std::string_view value, bool fixed);
 std::string make_key(uint64_t i, bool fixed);
 

@@ -358,11 +358,7 @@ TEST_P(PmehTest, SkewedWritersShareAZone) {
         if (floor != 0 || s.code() != Code::kNotFound) errors++;
         continue;
       }
-      uint32_t ver = 0;
-      if (fixed())
-        std::memcpy(&ver, got.data(), 4);
-      else
-        ver = static_cast<uint32_t>(std::stoul(got.substr(1)));
+      uint32_t ver = value_version(got, fixed());
       if (!value_ok(key(ids[j]), got, fixed()) || ver < floor) errors++;
     }
   });

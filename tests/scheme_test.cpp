@@ -222,12 +222,7 @@ TEST_P(SchemeTest, ConcurrentStressAgainstModel) {
         reads++;
         if (s.ok()) {
           if (!value_ok(key(k), got, fixed())) errors++;  // torn
-          uint32_t ver = 0;
-          if (fixed()) {
-            std::memcpy(&ver, got.data(), 4);
-          } else {
-            ver = static_cast<uint32_t>(std::stoul(got.substr(1)));
-          }
+          uint32_t ver = value_version(got, fixed());
           if (ver < floor) errors++;  // stale after acknowledgement
         } else if (s.code() != Code::kNotFound) {
           errors++;
