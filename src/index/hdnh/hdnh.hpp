@@ -39,6 +39,7 @@ struct Level {
   uint64_t segments = 0;
   uint64_t nbuckets = 0;
   std::atomic<uint16_t>* ocf = nullptr;                // nbuckets * kSlots
+  std::atomic<uint32_t>* changes = nullptr;            // nbuckets: ocf::release_entry
   hot::Table hot;                                      // empty when the hot table is off
   std::unique_ptr<std::atomic<uint64_t>[]> hot_stamp;  // LRU: nbuckets * hot_slots
   Level() = default;
@@ -46,6 +47,7 @@ struct Level {
   Level& operator=(const Level&) = delete;
   ~Level() {
     hot::free_pages(ocf, nbuckets * kSlots * sizeof(uint16_t));
+    hot::free_pages(changes, nbuckets * sizeof(uint32_t));
     hot::free_pages(hot.base, hot.bytes);
   }
 };

@@ -78,6 +78,8 @@ Level* Hdnh::make_level(uint64_t off, uint64_t segments) {
   // Zeroed pages (all-zero atomics), first touched by whoever writes them.
   l->ocf = static_cast<std::atomic<uint16_t>*>(
       hot::zeroed_pages(l->nbuckets * kSlots * sizeof(uint16_t)));
+  l->changes =
+      static_cast<std::atomic<uint32_t>*>(hot::zeroed_pages(l->nbuckets * sizeof(uint32_t)));
   if (cfg_.replacement != Replacement::kOff) {
     l->hot.s = hot::shape(cfg_.hot_slots, items_.variable());
     l->hot.bytes = l->nbuckets * l->hot.s.stride;

@@ -9,12 +9,12 @@ using common::Slot;
 using common::store_word;
 using namespace detail;
 
-// A miss in a bucket counts only if the bucket's OCF entries did not change while they were
-// scanned: an update moves its record to another slot of the bucket (Fig. 10: new slot
-// valid, then old slot released), so a scan that read the new slot before it was valid and
-// the old one after its release saw the key in neither. Entries all unchanged since their
-// first read (every change moves the opmap bit or the version) mean the scan saw one instant
-// of the bucket, and at every instant the key's record is in a valid slot.
+// A miss in a bucket counts only if no entry of the bucket was released while it was
+// scanned (ocf::release_entry): an update moves its record to another slot of the bucket
+// (Fig. 10: new slot valid, then old slot released), so a scan that read the new slot before
+// it was valid and the old one after its release saw the key in neither. An unchanged change
+// count means the scan saw one instant of the bucket, and at every instant the key's record
+// is in a valid slot (or a locked one, which the scan waits for).
 bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc* loc,
                 uint64_t* value_word, bool* retry, uint64_t* pm_slots) const {
   for (int i = 0; i < set.n; ++i) {
@@ -22,10 +22,10 @@ bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc*
     Candidates c = candidates(l, k);
     for (int j = 0; j < c.n; ++j) {
       uint64_t b = c.b[j];
-      uint16_t seen[kSlots];
+      const uint32_t changes = ocf::scan_start(l.changes[b]);
       for (int s = 0; s < kSlots; ++s) {
         std::atomic<uint16_t>& e = l.ocf[b * kSlots + s];
-        uint16_t w = seen[s] = e.load(std::memory_order_acquire);
+        uint16_t w = e.load(std::memory_order_acquire);
 #ifdef PMHASH_CRASH_HOOKS
         if (test_after_entry) test_after_entry(i, b, s);
 #endif
@@ -55,11 +55,10 @@ bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc*
           return true;
         }
       }
-      for (int s = 0; s < kSlots; ++s)
-        if (l.ocf[b * kSlots + s].load(std::memory_order_acquire) != seen[s]) {
-          *retry = true;  // the bucket changed during the scan: the miss proves nothing
-          return false;
-        }
+      if (ocf::changed_since(l.changes[b], changes)) {
+        *retry = true;  // the bucket changed during the scan: the miss proves nothing
+        return false;
+      }
     }
   }
   return false;
@@ -114,8 +113,8 @@ bool Hdnh::lock_slot(Loc* loc) {
 }
 
 void Hdnh::unlock_slot(const Loc& loc, bool is_valid, uint8_t fp) {
-  loc.level->ocf[loc.bucket * kSlots + loc.slot].store(ocf::next(loc.entry, is_valid, fp),
-                                                       std::memory_order_release);
+  ocf::release_entry(loc.level->ocf[loc.bucket * kSlots + loc.slot], loc.level->changes[loc.bucket],
+                     ocf::next(loc.entry, is_valid, fp));
 }
 
 #ifdef PMHASH_CRASH_HOOKS

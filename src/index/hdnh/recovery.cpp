@@ -160,6 +160,7 @@ int64_t Hdnh::rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt, unsigned
       for (uint64_t bits = bk.bitmap & 0xFF; bits; bits &= bits - 1) {
         int s = std::countr_zero(bits);
         Hashed k = hashed_slot(bk.slots[s].key);
+        // No reader yet (open() returns the index after the rebuild): no change to count.
         l.ocf[b * kSlots + s].store(ocf::kValid | k.fp, std::memory_order_relaxed);
         ++n;
         if (found != nullptr)

@@ -138,7 +138,7 @@ bool Hdnh::rehash_bucket(uint64_t b) {
   for (int s = 0; s < kSlots; ++s) {
     std::atomic<uint16_t>& e = bottom.ocf[b * kSlots + s];
     uint16_t w = e.load();
-    if (ocf::valid(w)) e.store(ocf::next(w, false, 0), std::memory_order_release);
+    if (ocf::valid(w)) ocf::release_entry(e, bottom.changes[b], ocf::next(w, false, 0));
   }
   rehashed_.fetch_add(n, std::memory_order_relaxed);
   return true;
