@@ -804,8 +804,11 @@ TEST_P(HdnhTest, GetFindsAKeyWhoseSlotEntryWrappedItsVersionDuringTheScan) {
     h->test_drop_hot(y);
     mode = kArmed;
     std::string got;
+    const double retries_before = counters(*idx)["read_retries"];
     Status s = idx->get(y, &got);
     ASSERT_EQ(fired, 1) << "the get did not scan the record's bucket";
+    EXPECT_GT(counters(*idx)["read_retries"], retries_before)
+        << "the miss in the churned bucket did not restart the lookup";
     EXPECT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(got, value(yi, 64));
     Where now = locate(y);

@@ -13,8 +13,10 @@ using namespace detail;
 // scanned (ocf::release_entry): an update moves its record to another slot of the bucket
 // (Fig. 10: new slot valid, then old slot released), so a scan that read the new slot before
 // it was valid and the old one after its release saw the key in neither. An unchanged change
-// count means the scan saw one instant of the bucket, and at every instant the key's record
-// is in a valid slot (or a locked one, which the scan waits for).
+// count means the scan saw one instant of the bucket, but for releases in flight (counted
+// before the scan, stored during it; ocf.hpp says why those cannot hide a key), and at
+// every instant the key's record is in a valid slot (or a locked one, which the scan waits
+// for).
 bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc* loc,
                 uint64_t* value_word, bool* retry, uint64_t* pm_slots) const {
   for (int i = 0; i < set.n; ++i) {
@@ -45,7 +47,9 @@ bool Hdnh::find(const LevelSet& set, const Hashed& k, std::string_view key, Loc*
         uint64_t sk = load_word(sl.key), sv = load_word(sl.value);
         ++*pm_slots;
         bool match = items_.matches(sk, sv, key, k.kw);
-        if (e.load(std::memory_order_acquire) != w) {  // the version moved: retry
+        // The version moved, or (6-bit versions wrap) the bucket had a release meanwhile:
+        // the PM words may be a torn refill of the slot.
+        if (e.load(std::memory_order_acquire) != w || ocf::changed_since(l.changes[b], changes)) {
           *retry = true;
           return false;
         }

@@ -36,10 +36,15 @@ inline uint16_t next(uint16_t e, bool is_valid, uint8_t f) {
 // is stored, so the scan sees the new slot valid or the old one still locked. Locking an
 // entry (opmap on, nothing else) does not bump: it never moves a record, and every lock
 // ends in a release. The count wraps only after 2^32 releases in one bucket during one
-// scan: a reader descheduled for minutes (each release follows a persisted PM write).
+// scan: a reader descheduled for minutes (most releases follow a persisted PM write).
 inline void release_entry(std::atomic<uint16_t>& entry, std::atomic<uint32_t>& changes,
                           uint16_t value) {
-  changes.fetch_add(1, std::memory_order_relaxed);  // ordered before the store by its release
+  // Release: a scan whose first read of the count sees this bump synchronizes with it (every
+  // bump is an RMW, so it heads a release sequence) and so sees every store this writer
+  // made before it -- an update's new-slot release before its old-slot bump. Relaxed lets
+  // the scan see the bump but not the new slot (C++ model, ARM/POWER, or a compiler that
+  // hoists the relaxed RMW above the preceding release store). Same lock xadd on x86.
+  changes.fetch_add(1, std::memory_order_release);
   entry.store(value, std::memory_order_release);
 }
 inline uint32_t scan_start(const std::atomic<uint32_t>& changes) {
