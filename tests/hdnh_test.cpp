@@ -678,6 +678,14 @@ TEST_P(HdnhTest, ReadFillNeverCachesAValueReplacedSinceTheRead) {
   }
 }
 
+// The setups the find() seam tests run: the filter's rescan alone (hot table off), the
+// defaults (a retried get may be answered by the hot table), and the OCF off.
+using FindSetup = std::map<std::string, std::string>;
+const FindSetup kFindSetups[] = {{{"hot_table", "off"}}, {}, {{"ocf", "off"}}};
+std::string setup_name(const FindSetup& p) {
+  return p.empty() ? "defaults" : p.begin()->first + "=" + p.begin()->second;
+}
+
 // An update moves its record to another slot of its bucket (Fig. 10: the new slot valid,
 // then the old one released). A get() whose scan of the bucket has read the new slot while
 // it was free, and reads the old slot after the update released it, saw the key in neither:
@@ -686,10 +694,8 @@ TEST_P(HdnhTest, ReadFillNeverCachesAValueReplacedSinceTheRead) {
 // the record is in slot 1, slot 0 free; the scan reads slot 0, then the update moves the
 // record to slot 0.
 TEST_P(HdnhTest, GetFindsAKeyThatAnUpdateMovedBehindItsScan) {
-  using Params = std::map<std::string, std::string>;
-  for (const Params& params : {Params{{"hot_table", "off"}}, Params{}, Params{{"ocf", "off"}}}) {
-    SCOPED_TRACE(params.empty() ? "defaults"
-                                : params.begin()->first + "=" + params.begin()->second);
+  for (const FindSetup& params : kFindSetups) {
+    SCOPED_TRACE(setup_name(params));
     TempPool p;
     std::unique_ptr<Index> idx;
     ASSERT_TRUE(Index::open(p.path, options(params), &idx).ok());
@@ -740,13 +746,11 @@ TEST_P(HdnhTest, GetFindsAKeyThatAnUpdateMovedBehindItsScan) {
 // and a slot past 1: slot 0 changes 64 times and ends bit-identical, holding Y, and the
 // reader then finds Y's old slot free. With only the entries to compare, the miss counted.
 TEST_P(HdnhTest, GetFindsAKeyWhoseSlotEntryWrappedItsVersionDuringTheScan) {
-  using Params = std::map<std::string, std::string>;
-  for (const Params& params : {Params{{"hot_table", "off"}}, Params{}, Params{{"ocf", "off"}}}) {
-    SCOPED_TRACE(params.empty() ? "defaults"
-                                : params.begin()->first + "=" + params.begin()->second);
+  for (const FindSetup& params : kFindSetups) {
+    SCOPED_TRACE(setup_name(params));
     TempPool p;
     std::unique_ptr<Index> idx;
-    Params with = params;
+    FindSetup with = params;
     with["segments"] = "4";  // 512 top buckets, 256 bottom
     ASSERT_TRUE(Index::open(p.path, options(with), &idx).ok());
     auto* h = static_cast<hdnh::Hdnh*>(idx->impl()->scheme.get());

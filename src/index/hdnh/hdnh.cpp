@@ -258,7 +258,7 @@ uint64_t Hdnh::dram_bytes() const {
   uint64_t n = kStripes * sizeof(std::atomic<uint32_t>);
   for (int i = 0; i < set->n; ++i) {
     const Level& l = *set->lv[i];
-    n += l.nbuckets * (kSlots * 2 + 4);  // OCF and the buckets' change counts
+    n += l.nbuckets * (kSlots * sizeof(uint16_t) + sizeof(uint32_t));  // OCF, change counts
     if (!l.hot) continue;
     n += l.hot.bytes;  // the hot buckets (hot_table.hpp)
     if (l.hot_stamp) n += l.nbuckets * cfg_.hot_slots * 8;
