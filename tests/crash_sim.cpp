@@ -497,12 +497,10 @@ struct Harness {
     }
     std::unique_ptr<Index> idx;
     Status s = open_index(path, o, h, &idx);
+    // A background sweep (TurboHash, PMEH) is recovery too: crash inside it.
+    if (s.ok() && nested) idx->impl()->scheme->wait_idle();
     sim2.at_crash_point = nullptr;
     res.states++;
-    if (s.ok() && idx->impl()->alloc->swept() != 0) {  // a crash between mark and publish,
-      res.swept_states++;                              // or between unpublish and unmark
-      res.swept_blocks += idx->impl()->alloc->swept();
-    }
     if (!s.ok()) {
       // Before its magic is written a pool is not a pool; creation was never acknowledged.
       if (!(creating && s.code() == Code::kNotAPool)) fail("recovery failed: " + s.to_string());
@@ -513,6 +511,11 @@ struct Harness {
         mix_name + ", " + std::to_string(snap_inflight.size()) + " op(s) in flight]";
     Model m;
     if (verify(*idx, &m, where) && do_followup) followup(*idx, m);
+    idx->impl()->scheme->wait_idle();        // a background sweep has finished
+    if (idx->impl()->alloc->swept() != 0) {  // a crash between mark and publish,
+      res.swept_states++;                    // or between unpublish and unmark
+      res.swept_blocks += idx->impl()->alloc->swept();
+    }
   }
 
   void at_crash_point(CrashSim& sim) {

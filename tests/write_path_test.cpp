@@ -172,6 +172,40 @@ TEST_P(WritePathTest, LineHT) {
   EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
 }
 
+// TurboHash Alg. 2/4 (one shard of 64 buckets, 48 keys: no resize): the slot's line, then
+// the metadata word with one flush and fence each — 2 flushes, 2 fences per insert and per
+// update (a near-place update writes the new slot and flips both valid bits in one store);
+// a delete sets its delete bit (1 / 1). Variable: the item's line besides (a spare block),
+// no fence more; the replaced or deleted item is unmarked without a flush, and a crash in
+// between is swept in the background after recovery. With the redo log: 6 / 4 and 4 / 3.
+TEST_P(WritePathTest, TurboHash) {
+  TempPool p;
+  Options o = small_options("turbohash", GetParam());
+  o.params = {{"shards", "1"}, {"buckets", "64"}};
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  idx->impl()->alloc->spares().set_batch_blocks(256);  // one refill: the warm-up's
+  const int n = 48;
+  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word, once
+  ASSERT_TRUE(idx->remove(key(n)).ok());
+  const Cost write = variable() ? Cost{3, 2} : Cost{2, 2}, remove{1, 1};
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok()); });
+    EXPECT_EQ(c, write) << "insert " << i;
+  }
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
+    EXPECT_EQ(c, write) << "update " << i;
+  }
+  for (int i = 0; i < n; ++i) {
+    Cost c = cost_of([&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
+    EXPECT_EQ(c, remove) << "delete " << i;
+  }
+  EXPECT_EQ(counter(*idx, "shard_resizes"), 0);
+  std::string report;
+  EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+}
+
 // HDNH (§3.6, Figs. 9-10): insert — slot, flush, fence; bitmap bit, flush, fence. Update —
 // the same into a free slot of the bucket (one bitmap store flips old and new), or in a full
 // bucket the value word in place (variable: fence for the new item, the word, flush, fence).

@@ -9,6 +9,7 @@
 
 #include "common/items.hpp"
 #include "common/params.hpp"
+#include "common/worker.hpp"
 #include "pm/allocator.hpp"
 #include "pm/epoch.hpp"
 #include "pm/pool.hpp"
@@ -109,6 +110,37 @@ inline uint64_t sweep_after_crash(SchemeContext& ctx, const Scheme& s) {
   return ctx.alloc.sweep(
       [&](const std::function<void(uint64_t)>& fn) { s.for_each_reachable(fn); });
 }
+
+// After a crash, for an instant-recovery scheme on the log-free protocol (TurboHash, PMEH):
+// the same sweep, on a background thread, so that opening stays independent of the number
+// of items (pm::Allocator::begin_sweep says why it is sound). `structure` reports, at once,
+// the blocks only logged commits free (directories, tables); `walk` then reports every
+// block that stays reachable while it runs (TurboHash walks each shard under its lock;
+// PMEH's moves of records note their items). Construct it when the scheme is ready, before
+// any operation; the scheme's wait_idle() waits for it (check() then sees allocated ==
+// reachable) and its stop() lets it finish: a sweep abandoned at a clean close would leave
+// its garbage allocated for good.
+class BackgroundSweep {
+ public:
+  BackgroundSweep(pm::Allocator& alloc, const pm::Allocator::Walk& structure,
+                  pm::Allocator::Walk walk)
+      : alloc_((alloc.begin_sweep(structure), alloc)), walk_(std::move(walk)), worker_([this] {
+          walk_([this](uint64_t off) { alloc_.note_reachable(off); });
+          alloc_.end_sweep();
+        }) {
+    worker_.wake();
+  }
+  void wait_idle() { worker_.wait_idle(); }
+  void stop() {  // a stop() before the worker started its run would skip it
+    worker_.wait_idle();
+    worker_.stop();
+  }
+
+ private:
+  pm::Allocator& alloc_;
+  pm::Allocator::Walk walk_;
+  common::Worker worker_;  // last: its thread starts once the rest is ready
+};
 
 // The same parser in a scheme's constructor: this open's run-time configuration
 // (SchemeFactory::runtime refused bad values before the pool was touched).

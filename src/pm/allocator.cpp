@@ -404,14 +404,24 @@ void Allocator::mark(const std::vector<Reservation>& rs) {
   for (uintptr_t l : lines) pool_.persister().flush(reinterpret_cast<const void*>(l), 64);
 }
 
-void Allocator::unmark(uint64_t off) {
-  uint64_t size = block_size(off), bit;
-  if (size == 0) return;  // not allocated: nothing to do (check() would report the caller)
+// Clears the block's allocation bit (its chunk word, for a run) unless it is clear already;
+// true if this call cleared it. Atomic: a runtime free and the background sweep may race
+// for one block (begin_sweep), and only the winner accounts for it and lets it be reused.
+bool Allocator::clear_allocated(uint64_t off, uint64_t size) {
+  uint64_t bit;
   uint64_t* w = meta_word(off, size, &bit);
-  if (bit == 0)
-    std::atomic_ref<uint64_t>(*w).store(kChunkFree, std::memory_order_release);
-  else
-    std::atomic_ref<uint64_t>(*w).fetch_and(~bit, std::memory_order_acq_rel);
+  if (bit != 0)
+    return std::atomic_ref<uint64_t>(*w).fetch_and(~bit, std::memory_order_acq_rel) & bit;
+  uint64_t run = std::atomic_ref<uint64_t>(*w).load(std::memory_order_acquire);
+  return (run & 0xFF) == kChunkLarge && std::atomic_ref<uint64_t>(*w).compare_exchange_strong(
+                                            run, kChunkFree, std::memory_order_acq_rel);
+}
+
+void Allocator::unmark(uint64_t off) {
+  uint64_t size = block_size(off);
+  if (size == 0) return;  // not allocated: nothing to do (check() would report the caller)
+  forget_suspect(off);
+  if (!clear_allocated(off, size)) return;  // the background sweep took it first
   unflushed_.store(true, std::memory_order_relaxed);
   allocated_bytes_.fetch_sub(size, std::memory_order_relaxed);
   if (on_free)
@@ -420,35 +430,72 @@ void Allocator::unmark(uint64_t off) {
     release(off);
 }
 
-uint64_t Allocator::sweep(const std::function<void(const std::function<void(uint64_t)>&)>& walk) {
-  // One DRAM bit per 64-byte heap unit (a 512th of the heap): reached or not.
-  std::vector<uint64_t> reached((nchunks_ * chunk_ / kMinBlock + 63) / 64, 0);
-  auto unit = [&](uint64_t off) { return (off - heap_off_) / kMinBlock; };
-  walk([&](uint64_t off) {
-    if (off >= heap_off_ && off < heap_off_ + nchunks_ * chunk_)
-      reached[unit(off) / 64] |= uint64_t{1} << (unit(off) % 64);
-  });
-  std::vector<std::pair<uint64_t, uint64_t>> lost;
+uint64_t Allocator::sweep(const Walk& walk) {
+  begin_sweep({});
+  walk([this](uint64_t off) { note_reachable(off); });
+  return end_sweep();
+}
+
+void Allocator::begin_sweep(const Walk& structure) {
+  uint64_t words = (nchunks_ * chunk_ / kMinBlock + 63) / 64;
+  suspects_ = std::make_unique<std::atomic<uint64_t>[]>(words);
+  reached_ = std::make_unique<std::atomic<uint64_t>[]>(words);
   for_each_allocated([&](uint64_t off, uint64_t size) {
-    if (size != ~uint64_t{0} && !((reached[unit(off) / 64] >> (unit(off) % 64)) & 1))
-      lost.emplace_back(off, size);
+    if (size != ~uint64_t{0}) set_unit(suspects_.get(), off);  // else validate() reports it
   });
+  if (structure) structure([this](uint64_t off) { clear_unit(suspects_.get(), off); });
+  sweeping_.store(true, std::memory_order_seq_cst);
+}
+
+void Allocator::set_unit(std::atomic<uint64_t>* map, uint64_t off) const {
+  if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return;
+  uint64_t u = (off - heap_off_) / kMinBlock;
+  map[u / 64].fetch_or(uint64_t{1} << (u % 64), std::memory_order_seq_cst);
+}
+
+void Allocator::clear_unit(std::atomic<uint64_t>* map, uint64_t off) const {
+  if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return;
+  uint64_t u = (off - heap_off_) / kMinBlock;
+  map[u / 64].fetch_and(~(uint64_t{1} << (u % 64)), std::memory_order_seq_cst);
+}
+
+void Allocator::forget_suspect(uint64_t off) {
+  if (sweeping_.load(std::memory_order_seq_cst)) clear_unit(suspects_.get(), off);
+}
+
+void Allocator::note_reachable(uint64_t off) {
+  if (sweeping_.load(std::memory_order_seq_cst)) set_unit(reached_.get(), off);
+}
+
+uint64_t Allocator::end_sweep() {
+  std::vector<std::pair<uint64_t, uint64_t>> lost;
+  uint64_t words = (nchunks_ * chunk_ / kMinBlock + 63) / 64;
+  for (uint64_t w = 0; w < words; ++w) {
+    uint64_t left =
+        suspects_[w].load(std::memory_order_seq_cst) & ~reached_[w].load(std::memory_order_seq_cst);
+    for (; left; left &= left - 1) {
+      uint64_t off = heap_off_ + (w * 64 + std::countr_zero(left)) * kMinBlock;
+      uint64_t size = block_size(off);
+      if (size != 0 && clear_allocated(off, size)) lost.emplace_back(off, size);
+    }
+  }
+  sweeping_.store(false, std::memory_order_seq_cst);
   const Persister& p = pool_.persister();
   for (auto [off, size] : lost) {
     uint64_t bit;
-    uint64_t* w = meta_word(off, size, &bit);
-    if (bit == 0)
-      std::atomic_ref<uint64_t>(*w).store(kChunkFree);
-    else
-      std::atomic_ref<uint64_t>(*w).fetch_and(~bit);
-    p.flush(w, 8);
+    p.flush(meta_word(off, size, &bit), 8);
   }
   if (lost.empty()) return 0;
   p.fence();
   swept_.fetch_add(lost.size(), std::memory_order_relaxed);
   for (auto [off, size] : lost) {
     allocated_bytes_.fetch_sub(size, std::memory_order_relaxed);
-    release(off);
+    // Epoch-deferred: a write that unpublished the block may still be on its way to
+    // unmark() (it finds the bit clear and does nothing).
+    if (on_free)
+      on_free(off);
+    else
+      release(off);
   }
   return lost.size();
 }
@@ -547,6 +594,7 @@ void Tx::commit() {
   a_.lane_busy_[l].store(false, std::memory_order_release);
   a_.allocated_bytes_.fetch_add(static_cast<uint64_t>(bytes_delta_), std::memory_order_relaxed);
   for (int i = 0; i < nfreed_; ++i) {
+    a_.forget_suspect(freed_[i]);
     if (a_.on_free)
       a_.on_free(freed_[i]);
     else

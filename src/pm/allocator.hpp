@@ -80,8 +80,25 @@ class Allocator {
   void mark(const std::vector<Reservation>& rs);
   void unmark(uint64_t off);  // bit cleared, not flushed; DRAM reuse via on_free
   // After a crash, before any operation: frees every allocated block `walk` does not
-  // report reachable (persisted, fenced); returns how many.
-  uint64_t sweep(const std::function<void(const std::function<void(uint64_t)>&)>& walk);
+  // report reachable (persisted, fenced); returns how many. begin_sweep(), the walk into
+  // note_reachable(), end_sweep().
+  using Walk = std::function<void(const std::function<void(uint64_t)>&)>;
+  uint64_t sweep(const Walk& walk);
+  // The same in steps, for a scheme whose recovery is instant: the walk runs in the
+  // background while operations run (docs/crash-testing.md "Sweeping in the background").
+  // begin_sweep(), before any operation, notes every allocated block as a suspect except
+  // those `structure` reports (blocks only logged commits free: never garbage); a free
+  // (unmark, a committed Tx) forgets its suspect; the walk, and every write that moves an
+  // item while it runs, note_reachable() it; end_sweep() frees the suspects not reached.
+  // Sound when a block that stays reachable from begin_sweep() to end_sweep() is reached: a
+  // suspect not reached was unreachable at some moment after the crash, so it is garbage
+  // the crash left (nothing publishes an old block again) or a write unpublished it and
+  // frees it itself — the allocation bit decides which of the two frees it (clear_allocated),
+  // and the sweep's free goes through on_free (a grace period) so that the write's unmark
+  // meets a clear bit, not a reused block.
+  void begin_sweep(const Walk& structure);
+  void note_reachable(uint64_t off);
+  uint64_t end_sweep();
   uint64_t swept() const { return swept_.load(std::memory_order_relaxed); }  // since open
   // Clean close: persists the chunk table and every bitmap (what unmark() left unflushed).
   void write_back();
@@ -136,7 +153,16 @@ class Allocator {
   std::atomic<uint64_t> allocated_bytes_{0};
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
-  std::atomic<uint64_t> swept_{0};  // unmark() left a bit in the cache since write_back()
+  std::atomic<uint64_t> swept_{0};
+  // begin_sweep(): one bit per 64-byte heap unit at each block's start (suspects: allocated
+  // then; reached: reported since). Kept until destruction once made: a free or a move may
+  // test them while end_sweep() finishes.
+  bool clear_allocated(uint64_t off, uint64_t size);
+  void forget_suspect(uint64_t off);
+  void set_unit(std::atomic<uint64_t>* map, uint64_t off) const;
+  void clear_unit(std::atomic<uint64_t>* map, uint64_t off) const;
+  std::atomic<bool> sweeping_{false};
+  std::unique_ptr<std::atomic<uint64_t>[]> suspects_, reached_;
   std::unique_ptr<SpareBlocks> spares_;
 };
 

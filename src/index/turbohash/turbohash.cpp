@@ -31,7 +31,8 @@ TurboHash::TurboHash(SchemeContext& ctx, uint64_t root_off)
       shards_(new ShardMirror[root_->nshards]),
       tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]),
       gc_(runtime_config<Runtime, &parse_runtime>(ctx).gc),
-      test_pause_us_(runtime_config<Runtime, &parse_runtime>(ctx).test_pause_us) {
+      test_pause_us_(runtime_config<Runtime, &parse_runtime>(ctx).test_pause_us),
+      test_sweep_pause_us_(runtime_config<Runtime, &parse_runtime>(ctx).test_sweep_pause_us) {
   // Recovery (§3.7): the only work is to rebuild the DRAM directory from the PM one.
   for (uint64_t s = 0; s < nshards_; ++s) {
     const Descriptor& d = dir_[s];
@@ -46,6 +47,9 @@ Status TurboHash::parse_runtime(const common::Params& params, Runtime* out) {
   if (s.ok())
     s = params.get_u64("turbohash", "test_pause_after_retire_us", 0, 0, 10'000'000,
                        &out->test_pause_us);
+  if (s.ok())
+    s = params.get_u64("turbohash", "test_sweep_pause_us", 0, 0, 1'000'000,
+                       &out->test_sweep_pause_us);
 #endif
   return s;
 }
@@ -119,8 +123,7 @@ Status TurboHash::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   return Status::Ok();
 }
 
-Status TurboHash::open(SchemeContext& ctx, bool /*clean: recovery is the same, §3.7*/,
-                       std::unique_ptr<Scheme>* out) {
+Status TurboHash::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
   const Root* root = existing_root<Root>(ctx, kRootMagic);
   if (root == nullptr) return {Code::kCorrupted, "turbohash: root object missing or damaged"};
   const Root& r = *root;
@@ -135,8 +138,48 @@ Status TurboHash::open(SchemeContext& ctx, bool /*clean: recovery is the same, �
     if (n == 0 || ctx.alloc.block_size(packed_offset(live)) < n * sizeof(Bucket))
       return {Code::kCorrupted, "turbohash: shard " + std::to_string(s) + " points nowhere"};
   }
-  *out = std::make_unique<TurboHash>(ctx, root_off);
+  auto t = std::make_unique<TurboHash>(ctx, root_off);
+  // §3.7 rebuilds only the directory; the variable format's log-free writes may have left
+  // allocated, unreachable items, which a background sweep frees (BackgroundSweep).
+  if (!clean && ctx.items.variable())
+    t->sweep_ = std::make_unique<BackgroundSweep>(
+        ctx.alloc, nullptr,
+        [tp = t.get()](const std::function<void(uint64_t)>& fn) { tp->walk_locked(fn); });
+  *out = std::move(t);
   return Status::Ok();
+}
+
+// for_each_reachable one shard at a time under its WriteLock, while operations run: a write
+// that unpublishes an item also frees it under that lock, and a resize moves items only
+// within their shard, so an item reachable throughout the walk is reported.
+void TurboHash::walk_locked(const std::function<void(uint64_t off)>& fn) const {
+  fn(root_off_);
+  fn(root_->directory);
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    {
+      std::lock_guard<std::mutex> lock(shards_[s].write_lock);
+      walk_shard(shards_[s].packed.load(std::memory_order_relaxed), fn);
+    }
+    if (test_sweep_pause_us_)  // tests: writes run between the shards' walks
+      std::this_thread::sleep_for(std::chrono::microseconds(test_sweep_pause_us_));
+  }
+}
+
+void TurboHash::walk_shard(uint64_t packed, const std::function<void(uint64_t off)>& fn) const {
+  fn(packed_offset(packed));
+  if (!items_.variable()) return;
+  const Bucket* b0 = shard_buckets(packed);
+  for (uint64_t i = 0; i < packed_count(packed); ++i)
+    for (uint32_t mask = Bucket::live(b0[i].load_meta()); mask; mask &= mask - 1)
+      fn(b0[i].slots[std::countr_zero(mask)].value);
+}
+
+void TurboHash::wait_idle() {
+  if (sweep_) sweep_->wait_idle();
+}
+
+void TurboHash::stop() {
+  if (sweep_) sweep_->stop();
 }
 
 TurboHash::Hashed TurboHash::hashed(std::string_view key) const {
@@ -258,8 +301,10 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
         continue;
       }
     }
+    // Log-free (docs/crash-testing.md): the item is a spare block whose allocation bit is
+    // already persisted; a crash before the metadata store leaves it to the recovery sweep.
     common::Items::New item;
-    Status s = items_.make(key, value, k.kw, &item);
+    Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) return s;
     // Bucket::Insert: slot and tag first, persisted; then one 8-byte metadata store.
     Slot& slot = b->slots[pos];
@@ -269,10 +314,7 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
     if (!PMHASH_MUTATION(pool_, kMutationSkipSlotFlush)) p.flush(&slot, sizeof slot);
     // The tag shares line 0 with the metadata word and is stored before it, so x86 persists
     // it no later than the metadata: line 0 is flushed once, with the metadata (2 flushes
-    // per insert, as the paper counts). In the variable format the metadata reaches PM
-    // through the redo log, whose replay ignores line order: persist the tag first.
-    if (items_.variable() && (offsetof(Bucket, slots) + pos * sizeof(Slot)) / pm::kCacheLine != 0)
-      p.flush(b->tags, sizeof b->tags);
+    // per insert, as the paper counts; the item's lines besides in the variable format).
     p.fence();
     p.line_order(b);
     uint64_t m = b->load_meta();
@@ -283,15 +325,9 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
       old_item = items_.owned_block(b->slots[key_pos].value);
     }
     uint64_t nm = Bucket::make(valid, del, Bucket::seq(m) + 1);
-    if (items_.variable()) {
-      pm::Tx tx(alloc_);
-      tx.publish(item.item);
-      tx.store(&b->meta, nm);
-      if (old_item) tx.free(old_item);
-      tx.commit();
-    } else {  // readers that see it before it is persisted persist it themselves
-      pm::publish_persisted(p, &b->meta, nm, kUnpersisted);
-    }
+    // Readers that see it before it is persisted persist it themselves.
+    pm::publish_persisted(p, &b->meta, nm, kUnpersisted);
+    if (old_item) items_.retire(old_item);  // unpublished and persisted: its bit may go
     if (key_b == nullptr && b == del_b && sm.deleted_known) --sm.deleted;  // a deleted slot reused
     return Status::Ok();
   }
@@ -317,14 +353,8 @@ Status TurboHash::remove(std::string_view key) {
       if (!items_.matches(b.slots[pos].key, b.slots[pos].value, key, k.kw)) continue;
       uint64_t nm =
           Bucket::make(Bucket::valid(m), Bucket::deleted(m) | (1u << pos), Bucket::seq(m) + 1);
-      if (items_.variable()) {  // the item is freed with the same commit (epoch-deferred reuse)
-        pm::Tx tx(alloc_);
-        tx.store(&b.meta, nm);
-        tx.free(b.slots[pos].value);
-        tx.commit();
-      } else {
-        pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
-      }
+      pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);
+      items_.retire(b.slots[pos].value);  // variable: the bit is cleared, epoch-deferred reuse
       if (sm.deleted_known) ++sm.deleted;
       // §4.6: too many deleted slots lengthen search paths; rehash at the same size. The
       // delete is committed already: a failed rehash (pool full) only leaves them in place.
@@ -578,15 +608,8 @@ void TurboHash::for_each_reachable(const std::function<void(uint64_t off)>& fn) 
   pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
   fn(root_off_);
   fn(root_->directory);
-  for (uint64_t s = 0; s < nshards_; ++s) {
-    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
-    fn(packed_offset(packed));
-    if (!items_.variable()) continue;
-    const Bucket* b0 = shard_buckets(packed);
-    for (uint64_t i = 0; i < packed_count(packed); ++i)
-      for (uint32_t mask = Bucket::live(b0[i].meta); mask; mask &= mask - 1)
-        fn(b0[i].slots[std::countr_zero(mask)].value);
-  }
+  for (uint64_t s = 0; s < nshards_; ++s)
+    walk_shard(shards_[s].packed.load(std::memory_order_acquire), fn);
 }
 
 void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {

@@ -54,9 +54,10 @@ class TurboHash final : public Scheme {
   TurboHash(SchemeContext& ctx, uint64_t root_off);
   static Status layout(const Options& o, common::Params* layout);
   struct Runtime {
-    bool simd = true;            // `simd`: SIMD tag matching (off: the scalar loop)
-    bool gc = true;              // `gc`: §4.6 same-size rehash of shards with many deletes
-    uint64_t test_pause_us = 0;  // `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
+    bool simd = true;                  // `simd`: SIMD tag matching (off: the scalar loop)
+    bool gc = true;                    // `gc`: §4.6 same-size rehash of shards with many deletes
+    uint64_t test_pause_us = 0;        // `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
+    uint64_t test_sweep_pause_us = 0;  // `test_sweep_pause_us`: per shard the sweep walks
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
@@ -72,6 +73,8 @@ class TurboHash final : public Scheme {
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  void wait_idle() override;
+  void stop() override;
 
  private:
   // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1), and the shard's
@@ -105,6 +108,8 @@ class TurboHash final : public Scheme {
   uint64_t sum_over_buckets(F f) const;
   bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
   void test_pause_after_retire() const;
+  void walk_locked(const std::function<void(uint64_t off)>& fn) const;
+  void walk_shard(uint64_t packed, const std::function<void(uint64_t off)>& fn) const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
     c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
   }
@@ -121,8 +126,10 @@ class TurboHash final : public Scheme {
   common::TagMatchFn match_;
   std::unique_ptr<ShardMirror[]> shards_;
   std::unique_ptr<ThreadStats[]> tstats_;
-  bool gc_;                 // run-time `gc`
-  uint64_t test_pause_us_;  // run-time `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
+  bool gc_;                       // run-time `gc`
+  uint64_t test_pause_us_;        // run-time `test_pause_after_retire_us`, PMHASH_CRASH_HOOKS only
+  uint64_t test_sweep_pause_us_;  // run-time `test_sweep_pause_us`, PMHASH_CRASH_HOOKS only
+  std::unique_ptr<BackgroundSweep> sweep_;  // after a crash (variable format); last member
 };
 
 }  // namespace pmhash::turbohash
