@@ -1,7 +1,9 @@
 // The recovery sweep of the instant-recovery schemes runs in the background
-// (BackgroundSweep, src/index/scheme.hpp): writes that start right after a crash's open run
-// beside it. Blocks they free must never be swept again (double free), blocks they allocate
-// must never be swept (their items would vanish), and the crash's garbage must be freed.
+// (BackgroundSweep, src/index/scheme.hpp) while writes that start right after a crash's open
+// run beside it — growing the table (TurboHash resizes and §4.6 rehashes shards, PMEH splits
+// segments and displaces records), updating and deleting. Blocks they free must never be
+// swept again (double free), items they move or allocate must never be swept (their keys
+// would vanish), and the crash's garbage must be freed.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,8 +20,8 @@ namespace {
 
 struct SweepCase {
   const char* scheme;
-  std::map<std::string, std::string> params;  // small shards/segments: a walk with many parts
-  const char* pause_param;                    // the walk sleeps this long per part
+  std::map<std::string, std::string> params;  // small shards/segments: they grow meanwhile
+  const char* grows;                          // the counter of structural changes
 };
 
 void PrintTo(const SweepCase& c, std::ostream* os) {
@@ -31,10 +33,19 @@ class BackgroundSweepTest : public ::testing::TestWithParam<SweepCase> {};
 std::string key_of(int t, int i) {
   return "t" + std::to_string(t) + "-key-" + std::to_string(i);
 }
+// Values of 64..448-byte items: several size classes of spare blocks.
+std::string value_of(int n, const std::string& k) {
+  return "v" + std::to_string(n) + "-" + k + std::string(size_t(n % 4) * 100, 'x');
+}
+double counter(Index& idx, const char* name) {
+  std::map<std::string, double> c;
+  idx.impl()->scheme->counters(&c);
+  return c[name];
+}
 
 TEST_P(BackgroundSweepTest, WritesDuringTheSweepLoseNothingAndTheCrashsGarbageIsFreed) {
   const SweepCase& c = GetParam();
-  constexpr int kThreads = 4, kKeys = 300, kGarbage = 100;  // more threads than cores
+  constexpr int kThreads = 4, kFirst = 40, kKeys = 1500, kGarbage = 100;  // > cores
   Options o = small_options(c.scheme, Format::kVariable);
   o.params = c.params;
   TempPool p, crashed("crashed");
@@ -43,51 +54,59 @@ TEST_P(BackgroundSweepTest, WritesDuringTheSweepLoseNothingAndTheCrashsGarbageIs
     std::unique_ptr<Index> idx;
     ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
     for (int t = 0; t < kThreads; ++t)
-      for (int i = 0; i < kKeys; ++i) {
-        std::string k = key_of(t, i), v = "v0-" + k;
+      for (int i = 0; i < kFirst; ++i) {
+        std::string k = key_of(t, i), v = value_of(i, k);
         ASSERT_TRUE(idx->insert(k, v).ok());
         model[t][k] = v;
       }
     // Garbage a crash leaves: blocks marked allocated that nothing references (as spares
     // taken for writes that never published them).
-    for (int i = 0; i < kGarbage; ++i) ASSERT_TRUE(idx->impl()->alloc->spares().take(64));
+    for (int i = 0; i < kGarbage; ++i) ASSERT_TRUE(idx->impl()->alloc->spares().take(64 << i % 3));
     write_bytes(crashed.path, read_file(p.path));  // the crash: the file as it is now
   }
   o.create = false;
-  o.params[c.pause_param] = "300";
+  o.params["test_sweep_pause_us"] = "3000";  // per 16 blocks the sweep reports
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(Index::open(crashed.path, o, &idx).ok());
   pm::Allocator& alloc = *idx->impl()->alloc;
+  const double grown_before = counter(*idx, c.grows);
   std::atomic<uint64_t> during{0};  // writes that finished before the sweep did
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
       std::mt19937 rng(t + 1);
-      for (int n = 0; n < 3000; ++n) {
-        std::string k = key_of(t, int(rng() % kKeys)), v = "v" + std::to_string(n) + "-" + k;
-        switch (rng() % 3) {
-          case 0:  // update or insert
+      for (int n = 0; n < 6000 && alloc.swept() == 0; ++n) {
+        // The key set grows; the first keys (items the sweep must find, wherever splits and
+        // resizes move them) are only read.
+        int keys = std::min(kKeys, kFirst + 1 + n / 2);
+        std::string k = key_of(t, int(rng() % keys)), v = value_of(n, k);
+        bool first = std::stoi(k.substr(k.rfind('-') + 1)) < kFirst;
+        switch (first ? 3 : rng() % 4) {
+          case 0:
+          case 1:  // insert or update
             ASSERT_TRUE(idx->upsert(k, v).ok());
             model[t][k] = v;
             break;
-          case 1:
+          case 2:
             ASSERT_EQ(idx->remove(k).ok(), model[t].erase(k) == 1);
             break;
           default: {
             std::string got;
             bool present = model[t].count(k) != 0;
-            ASSERT_EQ(idx->get(k, &got).ok(), present);
+            ASSERT_EQ(idx->get(k, &got).ok(), present) << k;
             if (present) {
               ASSERT_EQ(got, model[t][k]);
             }
           }
         }
-        if (alloc.swept() == 0) during.fetch_add(1);
+        during.fetch_add(1);
+        idx->impl()->epochs->reclaim_now();  // freed blocks reused soon: reuse races the sweep
       }
     });
   for (auto& th : threads) th.join();
   idx->impl()->scheme->wait_idle();
-  EXPECT_GT(during.load(), 1000u) << "the writes must overlap the sweep";
+  EXPECT_GT(during.load(), 2000u) << "the writes must overlap the sweep";
+  EXPECT_GT(counter(*idx, c.grows), grown_before) << "the table must grow during the sweep";
   EXPECT_GE(alloc.swept(), uint64_t(kGarbage));  // the crash's garbage (and spares) freed
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;  // allocated == reachable, no double use
@@ -110,10 +129,13 @@ TEST_P(BackgroundSweepTest, WritesDuringTheSweepLoseNothingAndTheCrashsGarbageIs
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, BackgroundSweepTest,
-                         ::testing::Values(SweepCase{
-                             "turbohash", {{"shards", "64"}}, "test_sweep_pause_us"}),
-                         [](const auto& info) { return std::string(info.param.scheme); });
+INSTANTIATE_TEST_SUITE_P(
+    Schemes, BackgroundSweepTest,
+    ::testing::Values(SweepCase{"turbohash", {{"shards", "64"}, {"buckets", "1"}}, "shard_resizes"},
+                      SweepCase{"pmeh",
+                                {{"segment_bytes", "2048"}, {"zones", "2"}, {"depth", "1"}},
+                                "segment_splits"}),
+    [](const auto& info) { return std::string(info.param.scheme); });
 
 }  // namespace
 }  // namespace pmhash::testing

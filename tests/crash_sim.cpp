@@ -120,7 +120,7 @@ void CrashSim::on_fence() {
   ++fences_;
   // Single-threaded mode: only the workload thread crashes (a background thread of the
   // index, e.g. a grower, only records; its writes are covered when the workload crashes).
-  bool crash_here = multi_threaded || std::this_thread::get_id() == main_thread_;
+  bool crash_here = multi_threaded || any_thread || std::this_thread::get_id() == main_thread_;
   if (crash_here && sample_rate < 1.0) {
     uint64_t x = (fences_ + sample_seed) * 0x9E3779B97F4A7C15ull;  // seeded, reproducible
     x ^= x >> 31;
@@ -477,6 +477,7 @@ struct Harness {
 
   // Opens a crash image; with `nested`, also crashes inside its recovery.
   std::string mix_name;
+  bool sweep_thread = false;  // recover_and_verify waits for a background sweep
   void recover_and_verify(const std::string& path, bool nested, bool do_followup) {
     Options o = opts;
     o.create = false;
@@ -488,6 +489,7 @@ struct Harness {
     if (nested) {
       sim2.at_crash_point = [&] {
         if (nested_points++ >= 6) return;
+        if (sweep_thread) res.sweep_crash_points++;
         sim2.make_image(CrashSim::Mix::kPerWord, cfg.seed + point * 31 + nested_points, &buf2);
         write_file(img2_path, buf2);
         res.recovery_states++;
@@ -497,8 +499,15 @@ struct Harness {
     }
     std::unique_ptr<Index> idx;
     Status s = open_index(path, o, h, &idx);
-    // A background sweep (TurboHash, PMEH) is recovery too: crash inside it.
-    if (s.ok() && nested) idx->impl()->scheme->wait_idle();
+    // A background sweep (TurboHash, PMEH) is recovery too: crash inside it (its thread's
+    // fences are crash points while this one waits).
+    if (s.ok() && nested) {
+      sweep_thread = true;
+      sim2.any_thread = true;
+      idx->impl()->scheme->wait_idle();
+      sim2.any_thread = false;
+      sweep_thread = false;
+    }
     sim2.at_crash_point = nullptr;
     res.states++;
     if (!s.ok()) {

@@ -41,6 +41,9 @@ class CrashSim : public pm::PersistHook {
   // a crash point is being explored; hook calls serialize, so other threads park at their
   // next primitive call (stop the world).
   bool multi_threaded = false;
+  // Single-threaded mode, while the workload thread only waits: crash on any thread (the
+  // recovery's background sweep).
+  std::atomic<bool> any_thread{false};
   uint64_t crash_every = 1;  // crash at every n-th fence
   double sample_rate = 1.0;  // sampled mode: crash at a seeded random fraction of the fences
   uint64_t sample_seed = 1;
@@ -114,6 +117,7 @@ struct CrashResult {
   // Recovered states whose recovery sweep freed blocks (pm::Allocator::sweep): crashes
   // inside a log-free allocation or free. And how many blocks those sweeps freed.
   uint64_t swept_states = 0, swept_blocks = 0;
+  uint64_t sweep_crash_points = 0;    // crash points inside a background sweep (nested)
   uint64_t reads = 0;                 // completed reads by reader threads
   uint64_t read_constraints = 0;      // reads checked at a crash point (value seen, must survive)
   std::vector<std::string> messages;  // first few failures

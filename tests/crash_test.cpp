@@ -50,9 +50,11 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
       static_cast<unsigned long long>(r.recovery_states));
   std::printf(
       "[%s %s] states whose recovery swept allocated, unreachable blocks (crashes inside a "
-      "log-free allocation or free): %llu, blocks swept: %llu\n",
+      "log-free allocation or free): %llu, blocks swept: %llu, crash points inside a background "
+      "sweep: %llu\n",
       cfg.scheme.c_str(), format_name(cfg.format), static_cast<unsigned long long>(r.swept_states),
-      static_cast<unsigned long long>(r.swept_blocks));
+      static_cast<unsigned long long>(r.swept_blocks),
+      static_cast<unsigned long long>(r.sweep_crash_points));
   if (r.counters.count("chain_buckets_reclaimed"))
     std::printf("[%s %s] chain buckets reclaimed by deletes in the crashed workload: %.0f\n",
                 cfg.scheme.c_str(), format_name(cfg.format), r.counters["chain_buckets_reclaimed"]);
@@ -62,11 +64,16 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
     EXPECT_GE(r.states, soak() > 1 ? 250u * soak() : GetParam().small() ? 1000u : 30u);
   }
   EXPECT_GT(r.recovery_states, 0u);
-  // LineHT's and TurboHash's variable formats allocate and free items without a log:
-  // crashes inside both, found and freed by the recovery sweep (TurboHash's in the
-  // background).
-  if ((cfg.scheme == "lineht" || cfg.scheme == "turbohash") && cfg.format == Format::kVariable) {
+  // LineHT's, TurboHash's and PMEH's variable formats allocate and free items without a
+  // log: crashes inside both, found and freed by the recovery sweep (TurboHash's and PMEH's
+  // in the background).
+  if ((cfg.scheme == "lineht" || cfg.scheme == "turbohash" || cfg.scheme == "pmeh") &&
+      cfg.format == Format::kVariable) {
     EXPECT_GT(r.swept_states, 0u);
+  }
+  // TurboHash's and PMEH's sweeps run in the background: crashes inside them too.
+  if ((cfg.scheme == "turbohash" || cfg.scheme == "pmeh") && cfg.format == Format::kVariable) {
+    EXPECT_GT(r.sweep_crash_points, 0u);
   }
   if (!GetParam().resizes_expected()) return;  // sized for the small_params tables
   // The workload must have crashed inside structural changes too.

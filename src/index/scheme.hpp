@@ -1,11 +1,13 @@
 // What a scheme implements. A scheme folder depends on pm/ and common/ only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "common/items.hpp"
 #include "common/params.hpp"
@@ -122,12 +124,15 @@ inline uint64_t sweep_after_crash(SchemeContext& ctx, const Scheme& s) {
 // its garbage allocated for good.
 class BackgroundSweep {
  public:
-  BackgroundSweep(pm::Allocator& alloc, const pm::Allocator::Walk& structure,
-                  pm::Allocator::Walk walk)
-      : alloc_((alloc.begin_sweep(structure), alloc)), walk_(std::move(walk)), worker_([this] {
-          walk_([this](uint64_t off) { alloc_.note_reachable(off); });
-          alloc_.end_sweep();
-        }) {
+  // `test_pause_us` (tests, the schemes' `test_sweep_pause_us`): the walk sleeps that long
+  // after every 16 blocks it reports, so that writes run beside it.
+  BackgroundSweep(pm::Allocator& alloc, pm::Epochs& epochs, const pm::Allocator::Walk& structure,
+                  pm::Allocator::Walk walk, uint64_t test_pause_us = 0)
+      : alloc_((alloc.begin_sweep(structure), alloc)),
+        epochs_(epochs),
+        walk_(std::move(walk)),
+        test_pause_us_(test_pause_us),
+        worker_([this] { run(); }) {
     worker_.wake();
   }
   void wait_idle() { worker_.wait_idle(); }
@@ -137,8 +142,21 @@ class BackgroundSweep {
   }
 
  private:
+  void run() {
+    uint64_t n = 0;
+    walk_([&](uint64_t off) {
+      alloc_.note_reachable(off);
+      if (test_pause_us_ && ++n % 16 == 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(test_pause_us_));
+    });
+    pm::Epochs::Guard guard(epochs_);  // see pm::Allocator::end_sweep
+    alloc_.end_sweep(true);
+  }
+
   pm::Allocator& alloc_;
+  pm::Epochs& epochs_;
   pm::Allocator::Walk walk_;
+  uint64_t test_pause_us_;
   common::Worker worker_;  // last: its thread starts once the rest is ready
 };
 

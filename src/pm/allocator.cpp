@@ -7,6 +7,7 @@
 #include <cassert>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace pmhash::pm {
 
@@ -433,24 +434,39 @@ void Allocator::unmark(uint64_t off) {
 uint64_t Allocator::sweep(const Walk& walk) {
   begin_sweep({});
   walk([this](uint64_t off) { note_reachable(off); });
-  return end_sweep();
+  return end_sweep(false);
 }
 
+// O(heap / 512), not O(blocks): a 64-byte slab's bitmap words are the suspect words as they
+// are; larger blocks spread their bits (one per block start). No operation runs yet.
 void Allocator::begin_sweep(const Walk& structure) {
-  uint64_t words = (nchunks_ * chunk_ / kMinBlock + 63) / 64;
-  suspects_ = std::make_unique<std::atomic<uint64_t>[]>(words);
-  reached_ = std::make_unique<std::atomic<uint64_t>[]>(words);
-  for_each_allocated([&](uint64_t off, uint64_t size) {
-    if (size != ~uint64_t{0}) set_unit(suspects_.get(), off);  // else validate() reports it
-  });
+  suspects_ = std::make_unique<std::atomic<uint64_t>[]>(map_words());
+  reached_ = std::make_unique<std::atomic<uint64_t>[]>(map_words());
+  const uint64_t units_per_chunk = chunk_ / kMinBlock;
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    uint64_t w = *chunk_word(c), type = w & 0xFF, value = w >> 8;
+    uint64_t first = c * units_per_chunk;  // a multiple of 64: chunks are >= 4 KiB
+    if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
+      suspects_[first / 64].store(1, std::memory_order_relaxed);
+      c += value - 1;
+    } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
+      const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+      uint64_t stride = uint64_t{1} << value, nblocks = chunk_ / (kMinBlock << value);
+      for (uint64_t bw = 0; bw < (nblocks + 63) / 64; ++bw) {
+        uint64_t bits = bm[bw];
+        if (stride == 1) {
+          suspects_[first / 64 + bw].store(bits, std::memory_order_relaxed);
+          continue;
+        }
+        for (; bits; bits &= bits - 1) {
+          uint64_t u = first + (bw * 64 + std::countr_zero(bits)) * stride;
+          suspects_[u / 64].fetch_or(uint64_t{1} << (u % 64), std::memory_order_relaxed);
+        }
+      }
+    }
+  }
   if (structure) structure([this](uint64_t off) { clear_unit(suspects_.get(), off); });
   sweeping_.store(true, std::memory_order_seq_cst);
-}
-
-void Allocator::set_unit(std::atomic<uint64_t>* map, uint64_t off) const {
-  if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return;
-  uint64_t u = (off - heap_off_) / kMinBlock;
-  map[u / 64].fetch_or(uint64_t{1} << (u % 64), std::memory_order_seq_cst);
 }
 
 void Allocator::clear_unit(std::atomic<uint64_t>* map, uint64_t off) const {
@@ -459,27 +475,45 @@ void Allocator::clear_unit(std::atomic<uint64_t>* map, uint64_t off) const {
   map[u / 64].fetch_and(~(uint64_t{1} << (u % 64)), std::memory_order_seq_cst);
 }
 
+// The two maps exist only while a sweep runs: a free or a move that saw sweeping_ holds
+// them (map_users_) until it is done, and end_sweep() deletes them once none does.
+template <class F>
+void Allocator::with_maps(F f) {
+  if (!sweeping_.load(std::memory_order_seq_cst)) return;
+  map_users_.fetch_add(1, std::memory_order_seq_cst);
+  if (sweeping_.load(std::memory_order_seq_cst)) f();
+  map_users_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
 void Allocator::forget_suspect(uint64_t off) {
-  if (sweeping_.load(std::memory_order_seq_cst)) clear_unit(suspects_.get(), off);
+  with_maps([&] { clear_unit(suspects_.get(), off); });
 }
 
 void Allocator::note_reachable(uint64_t off) {
-  if (sweeping_.load(std::memory_order_seq_cst)) set_unit(reached_.get(), off);
+  with_maps([&] {
+    if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return;
+    uint64_t u = (off - heap_off_) / kMinBlock;
+    reached_[u / 64].fetch_or(uint64_t{1} << (u % 64), std::memory_order_seq_cst);
+  });
 }
 
-uint64_t Allocator::end_sweep() {
+uint64_t Allocator::end_sweep(bool background) {
   std::vector<std::pair<uint64_t, uint64_t>> lost;
-  uint64_t words = (nchunks_ * chunk_ / kMinBlock + 63) / 64;
-  for (uint64_t w = 0; w < words; ++w) {
+  for (uint64_t w = 0; w < map_words(); ++w) {
     uint64_t left =
         suspects_[w].load(std::memory_order_seq_cst) & ~reached_[w].load(std::memory_order_seq_cst);
     for (; left; left &= left - 1) {
       uint64_t off = heap_off_ + (w * 64 + std::countr_zero(left)) * kMinBlock;
       uint64_t size = block_size(off);
-      if (size != 0 && clear_allocated(off, size)) lost.emplace_back(off, size);
+      // A write may have freed it meanwhile (forget_suspect): then the bit decides.
+      bool still = suspects_[w].load(std::memory_order_seq_cst) & (left & -left);
+      if (size != 0 && still && clear_allocated(off, size)) lost.emplace_back(off, size);
     }
   }
   sweeping_.store(false, std::memory_order_seq_cst);
+  while (map_users_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  suspects_.reset();
+  reached_.reset();
   const Persister& p = pool_.persister();
   for (auto [off, size] : lost) {
     uint64_t bit;
@@ -490,9 +524,9 @@ uint64_t Allocator::end_sweep() {
   swept_.fetch_add(lost.size(), std::memory_order_relaxed);
   for (auto [off, size] : lost) {
     allocated_bytes_.fetch_sub(size, std::memory_order_relaxed);
-    // Epoch-deferred: a write that unpublished the block may still be on its way to
-    // unmark() (it finds the bit clear and does nothing).
-    if (on_free)
+    // In the background, epoch-deferred: a write that unpublished the block may still be on
+    // its way to unmark() (it meets a clear bit and does nothing).
+    if (background && on_free)
       on_free(off);
     else
       release(off);

@@ -96,9 +96,15 @@ class Allocator {
   // frees it itself — the allocation bit decides which of the two frees it (clear_allocated),
   // and the sweep's free goes through on_free (a grace period) so that the write's unmark
   // meets a clear bit, not a reused block.
+  // The walk of a background sweep must not miss a block that a logged commit (pm::Tx)
+  // frees while it runs: such frees are not arbitrated (`structure` excludes TurboHash's
+  // and PMEH's; TurboHash frees shards under the lock its walk takes). `background`: the
+  // caller runs end_sweep() inside an epoch read-side section while operations run (a
+  // block a write frees during the scan is not reused before the scan has looked at it),
+  // and the swept blocks' reuse is epoch-deferred.
   void begin_sweep(const Walk& structure);
   void note_reachable(uint64_t off);
-  uint64_t end_sweep();
+  uint64_t end_sweep(bool background);
   uint64_t swept() const { return swept_.load(std::memory_order_relaxed); }  // since open
   // Clean close: persists the chunk table and every bitmap (what unmark() left unflushed).
   void write_back();
@@ -154,14 +160,16 @@ class Allocator {
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
   std::atomic<uint64_t> swept_{0};
-  // begin_sweep(): one bit per 64-byte heap unit at each block's start (suspects: allocated
-  // then; reached: reported since). Kept until destruction once made: a free or a move may
-  // test them while end_sweep() finishes.
+  // While a sweep runs: one bit per 64-byte heap unit at each block's start (suspects:
+  // allocated at begin_sweep(); reached: reported since).
   bool clear_allocated(uint64_t off, uint64_t size);
   void forget_suspect(uint64_t off);
-  void set_unit(std::atomic<uint64_t>* map, uint64_t off) const;
   void clear_unit(std::atomic<uint64_t>* map, uint64_t off) const;
+  template <class F>
+  void with_maps(F f);
+  uint64_t map_words() const { return (nchunks_ * chunk_ / kMinBlock + 63) / 64; }
   std::atomic<bool> sweeping_{false};
+  std::atomic<uint64_t> map_users_{0};
   std::unique_ptr<std::atomic<uint64_t>[]> suspects_, reached_;
   std::unique_ptr<SpareBlocks> spares_;
 };

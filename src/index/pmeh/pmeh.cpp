@@ -57,7 +57,10 @@ Status Pmeh::parse_runtime(const common::Params& params, Runtime* out) {
   out->concurrency = c == "partition" ? Concurrency::kPartition
                      : c == "locked"  ? Concurrency::kLocked
                                       : Concurrency::kOpportunistic;
-  return Status::Ok();
+#ifdef PMHASH_CRASH_HOOKS
+  s = params.get_u64("pmeh", "test_sweep_pause_us", 0, 0, 1'000'000, &out->test_sweep_pause_us);
+#endif
+  return s;
 }
 
 Status Pmeh::layout(const Options& o, common::Params* layout) {
@@ -241,10 +244,10 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
         st = {Code::kAlreadyExists, "key already exists"};
       } else {
         common::Items::New item;
-        st = items_.make(key, value, k.kw, &item);
+        st = items_.write(key, value, k.kw, &item);  // log-free (write_record)
         if (st.ok()) {
           if (loc.stash) lock_stash(*loc.b, zm, ts);
-          items_.replace_value(loc.b->slots[loc.slot].value, item);
+          items_.swap_value(loc.b->slots[loc.slot].value, item);
           if (loc.stash) unlock_bucket(*loc.b);
           (zm == ZoneMode::kExclusive ? ts.lock_free : ts.locked)
               .fetch_add(1, std::memory_order_relaxed);
@@ -260,7 +263,7 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       return {Code::kNotFound, "key not found"};
     }
     common::Items::New item;
-    st = items_.make(key, value, k.kw, &item);
+    st = items_.write(key, value, k.kw, &item);
     bool full = false;
     if (st.ok()) st = seg_insert(s, b, k, item, zm, ts, &full);
     unlock_buckets(s, b);
@@ -272,7 +275,7 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
       exit(z, zm);
       return st;
     }
-    items_.cancel(item);
+    items_.discard(item);  // written again after the split
     uint64_t expand = kNoExpansion;
     st = split_or_expand(so, k.h, z, zm, &expand);
     exit(z, zm);
@@ -506,13 +509,25 @@ bool Pmeh::check(std::string* report) const {
   return ok;
 }
 
-void Pmeh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+void Pmeh::for_each_structure(const std::function<void(uint64_t off)>& fn) const {
   fn(root_off_);
   fn(root_->split_log);
   for (uint64_t j = 0; j < kMaxDirs; ++j)
     if (uint64_t off = load_word(root_->dirs[j])) fn(off);
   for (uint64_t so : distinct_segments()) fn(so);
+}
+
+void Pmeh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
+  for_each_structure(fn);
   if (items_.variable()) for_each([&](const Slot& s) { fn(s.value); });
+}
+
+void Pmeh::wait_idle() {
+  if (sweep_) sweep_->wait_idle();
+}
+
+void Pmeh::stop() {
+  if (sweep_) sweep_->stop();
 }
 
 void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {

@@ -40,6 +40,7 @@ class Pmeh final : public Scheme {
   struct Runtime {
     uint64_t zone_threads = 1;  // `zone_threads`: threads bound to zones (default: cores)
     Concurrency concurrency = Concurrency::kOpportunistic;
+    uint64_t test_sweep_pause_us = 0;  // `test_sweep_pause_us` (BackgroundSweep), tests only
   };
   static Status parse_runtime(const common::Params& params, Runtime* out);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
@@ -61,6 +62,8 @@ class Pmeh final : public Scheme {
   void counters(std::map<std::string, double>* out) const override;
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
+  void wait_idle() override;
+  void stop() override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
 
   // Overflow metadata that points at no stashed record, over every segment (tests; check()
@@ -139,8 +142,7 @@ class Pmeh final : public Scheme {
                uint64_t* vw) const;
   Status seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k, const common::Items::New& item,
                     ZoneMode m, ThreadStats& ts, bool* full);
-  void write_record(Bucket& b, int slot, bool membership, uint8_t fp, uint64_t kw, uint64_t vw,
-                    const pm::Reservation* publish);
+  void write_record(Bucket& b, int slot, bool membership, uint8_t fp, uint64_t kw, uint64_t vw);
   void clear_record(Bucket& b, int slot, uint64_t free_off);
   bool register_overflow(Bucket* bs, uint64_t b, uint8_t fp, int stash_idx);
 
@@ -162,6 +164,8 @@ class Pmeh final : public Scheme {
   void recover();                 // §III-F at construction: every zone's split record
   void free_old_directories(uint64_t k);
   std::vector<uint64_t> distinct_segments() const;
+  // The root, split log, directories and segments: freed only by logged commits.
+  void for_each_structure(const std::function<void(uint64_t off)>& fn) const;
 
   pm::Pool& pool_;
   pm::Allocator& alloc_;
@@ -187,6 +191,7 @@ class Pmeh final : public Scheme {
   uint64_t open_segments_read_ = 0;  // segments open (validation, recovery) read: counter
   std::atomic<uint64_t> split_fill_min_{1000};  // per mille; 1000 until the first split  //
                                                 // expansions that found the directory array full
+  std::unique_ptr<BackgroundSweep> sweep_;      // after a crash (variable format); last member
 };
 
 // Segments read at open (header or buckets) by validation (validate.cpp) and recovery, counted

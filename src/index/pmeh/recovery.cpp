@@ -17,7 +17,7 @@ namespace {
 constexpr uint64_t kRecovering = uint64_t{1} << 63;
 }  // namespace
 
-Status Pmeh::open(SchemeContext& ctx, bool /*clean*/, std::unique_ptr<Scheme>* out) {
+Status Pmeh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) {
   Root* r = existing_root<Root>(ctx, kRootMagic);
   if (r == nullptr) return {Code::kCorrupted, "pmeh: root object missing or damaged"};
   uint64_t zones = uint64_t{1} << std::min<uint64_t>(r->zone_bits, 12);
@@ -41,7 +41,18 @@ Status Pmeh::open(SchemeContext& ctx, bool /*clean*/, std::unique_ptr<Scheme>* o
   // so each segment's locks are reset, and the segment checked, at its first access.
   store_word(r->open_gen, r->open_gen + 1);
   ctx.pool.persister().persist(&r->open_gen, 8);
-  *out = std::make_unique<Pmeh>(ctx, ctx.pool.root());
+  auto p = std::make_unique<Pmeh>(ctx, ctx.pool.root());
+  // The variable format's log-free writes may have left allocated, unreachable items: a
+  // background sweep frees them (BackgroundSweep), so the open stays instant. Records that
+  // move while it walks (displacement, split) note their items (write_record, build_child).
+  if (!clean && ctx.items.variable()) {
+    Pmeh* pp = p.get();
+    p->sweep_ = std::make_unique<BackgroundSweep>(
+        ctx.alloc, ctx.epochs, [pp](const auto& fn) { pp->for_each_structure(fn); },
+        [pp](const auto& fn) { pp->for_each([&](const Slot& s) { fn(s.value); }); },
+        pp->rt_.test_sweep_pause_us);
+  }
+  *out = std::move(p);
   return Status::Ok();
 }
 

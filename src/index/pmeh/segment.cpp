@@ -186,46 +186,35 @@ bool Pmeh::seg_find(SegmentHeader* s, const Hashed& k, std::string_view key, Loc
 
 // Algorithm 1's record write: slot and fingerprint persisted before the store that sets the
 // allocation bit (the fingerprint shares line 0 with it and is stored first: x86 persists
-// it no later). The variable format commits the bit with the item through the redo log,
-// whose replay ignores line order: line 0 is persisted first then.
-void Pmeh::write_record(Bucket& b, int slot, bool membership, uint8_t fp, uint64_t kw, uint64_t vw,
-                        const pm::Reservation* publish) {
+// it no later). A variable item is a spare block whose allocation bit is already persisted
+// (log-free: a crash before the bit store leaves it to the recovery sweep). A record that
+// moves (displacement) keeps its item: the sweep after a crash is told it is reachable.
+void Pmeh::write_record(Bucket& b, int slot, bool membership, uint8_t fp, uint64_t kw,
+                        uint64_t vw) {
   const pm::Persister& p = pool_.persister();
+  if (items_.variable()) alloc_.note_reachable(vw);
   Slot& sl = b.slots[slot];
   store_word(sl.key, kw);
   store_word(sl.value, vw);
   store_byte(b.fp[slot], fp);
   p.flush(&sl, sizeof sl);
-  if (publish != nullptr && (offsetof(Bucket, slots) + slot * sizeof(Slot)) >= pm::kCacheLine)
-    p.flush(&b, pm::kCacheLine);
   p.fence();
   uint64_t w = load_word(b.word0);
   uint32_t a = word::alloc(w) | (1u << slot);
   uint32_t mb = membership ? word::member(w) | (1u << slot) : word::member(w) & ~(1u << slot);
-  if (publish != nullptr) {
-    pm::Tx tx(alloc_);
-    tx.publish(*publish);
-    tx.store(&b.word0, word::with_bits(w, a, mb));
-    tx.commit();
-    return;
-  }
   p.line_order(&b);
   store_word(b.word0, word::with_bits(w, a, mb));
   p.persist(&b.word0, 8);
 }
 
+// The record's allocation bit cleared and persisted; then its item (`free_off`, variable
+// format) is unmarked, without a flush (a crash in between: the recovery sweep frees it).
 void Pmeh::clear_record(Bucket& b, int slot, uint64_t free_off) {
   uint64_t w = load_word(b.word0);
   uint64_t nw = word::with_bits(w, word::alloc(w) & ~(1u << slot), word::member(w) & ~(1u << slot));
-  if (free_off != 0) {
-    pm::Tx tx(alloc_);
-    tx.store(&b.word0, nw);
-    tx.free(free_off);
-    tx.commit();
-    return;
-  }
   store_word(b.word0, nw);
   pool_.persister().persist(&b.word0, 8);
+  if (free_off != 0) items_.retire(free_off);
 }
 
 // An overflow fingerprint for a stashed record whose home is bucket b: in b, else in b+1
@@ -263,7 +252,6 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
                         const common::Items::New& item, ZoneMode m, ThreadStats& ts, bool* full) {
   Bucket* bs = buckets(s);
   uint64_t b1 = (b + 1) % nbuckets_;
-  const pm::Reservation* pub = items_.variable() ? &item.item : nullptr;
   auto free_slot = [](const Bucket& bk) {
     uint32_t a = word::alloc(load_word(bk.word0));
     return a == (1u << kBucketSlots) - 1 ? -1 : std::countr_one(a);
@@ -271,18 +259,17 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
   auto count = [](const Bucket& bk) { return std::popcount(word::alloc(load_word(bk.word0))); };
   int c0 = count(bs[b]), c1 = count(bs[b1]);
   if (c0 < kBucketSlots && c0 <= c1) {
-    write_record(bs[b], free_slot(bs[b]), false, k.fp, item.key_word, item.value_word, pub);
+    write_record(bs[b], free_slot(bs[b]), false, k.fp, item.key_word, item.value_word);
     return Status::Ok();
   }
   if (c1 < kBucketSlots) {
-    write_record(bs[b1], free_slot(bs[b1]), true, k.fp, item.key_word, item.value_word, pub);
+    write_record(bs[b1], free_slot(bs[b1]), true, k.fp, item.key_word, item.value_word);
     return Status::Ok();
   }
   // Displacement: move one record, then take its slot.
   auto move = [&](Bucket& from, int slot, Bucket& to, bool to_member) {
     int t = free_slot(to);
-    write_record(to, t, to_member, from.fp[slot], from.slots[slot].key, from.slots[slot].value,
-                 nullptr);
+    write_record(to, t, to_member, from.fp[slot], from.slots[slot].key, from.slots[slot].value);
     clear_record(from, slot, 0);
     displaced_.fetch_add(1, std::memory_order_relaxed);
   };
@@ -297,7 +284,7 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
       int j = std::countr_zero(own);
       move(bs[b1], j, bs[b2], true);
       unlock_bucket(bs[b2]);
-      write_record(bs[b1], j, true, k.fp, item.key_word, item.value_word, pub);
+      write_record(bs[b1], j, true, k.fp, item.key_word, item.value_word);
       return Status::Ok();
     }
     unlock_bucket(bs[b2]);
@@ -310,7 +297,7 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
       int j = std::countr_zero(borrowed);
       move(bs[b], j, bs[bp], false);
       unlock_bucket(bs[bp]);
-      write_record(bs[b], j, false, k.fp, item.key_word, item.value_word, pub);
+      write_record(bs[b], j, false, k.fp, item.key_word, item.value_word);
       return Status::Ok();
     }
     unlock_bucket(bs[bp]);
@@ -326,7 +313,7 @@ Status Pmeh::seg_insert(SegmentHeader* s, uint64_t b, const Hashed& k,
       continue;
     }
     bool registered = register_overflow(bs, b, k.fp, i);
-    if (registered) write_record(sb, t, false, k.fp, item.key_word, item.value_word, pub);
+    if (registered) write_record(sb, t, false, k.fp, item.key_word, item.value_word);
     unlock_bucket(sb);
     if (!registered) break;
     stashed_.fetch_add(1, std::memory_order_relaxed);

@@ -115,6 +115,7 @@ bool Pmeh::build_child(SegmentHeader* s, uint64_t meta, uint32_t child, SegmentH
       const Slot& sl = bs[i].slots[std::countr_zero(a)];
       uint64_t h = items_.slot_hash(sl.key);
       if (!covers(meta, h) || ((h << l) >> (64 - shift_)) != child) continue;
+      if (items_.variable()) alloc_.note_reachable(sl.value);  // the sweep after a crash
       if (!place_moved(buckets(n), sl, h)) return false;
       ++*moved;
     }

@@ -143,8 +143,9 @@ Status TurboHash::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* 
   // allocated, unreachable items, which a background sweep frees (BackgroundSweep).
   if (!clean && ctx.items.variable())
     t->sweep_ = std::make_unique<BackgroundSweep>(
-        ctx.alloc, nullptr,
-        [tp = t.get()](const std::function<void(uint64_t)>& fn) { tp->walk_locked(fn); });
+        ctx.alloc, ctx.epochs, nullptr,
+        [tp = t.get()](const std::function<void(uint64_t)>& fn) { tp->walk_locked(fn); },
+        t->test_sweep_pause_us_);
   *out = std::move(t);
   return Status::Ok();
 }
@@ -156,12 +157,8 @@ void TurboHash::walk_locked(const std::function<void(uint64_t off)>& fn) const {
   fn(root_off_);
   fn(root_->directory);
   for (uint64_t s = 0; s < nshards_; ++s) {
-    {
-      std::lock_guard<std::mutex> lock(shards_[s].write_lock);
-      walk_shard(shards_[s].packed.load(std::memory_order_relaxed), fn);
-    }
-    if (test_sweep_pause_us_)  // tests: writes run between the shards' walks
-      std::this_thread::sleep_for(std::chrono::microseconds(test_sweep_pause_us_));
+    std::lock_guard<std::mutex> lock(shards_[s].write_lock);
+    walk_shard(shards_[s].packed.load(std::memory_order_relaxed), fn);
   }
 }
 
