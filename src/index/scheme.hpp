@@ -115,20 +115,19 @@ inline uint64_t sweep_after_crash(SchemeContext& ctx, const Scheme& s) {
 
 // After a crash, for an instant-recovery scheme on the log-free protocol (TurboHash, PMEH):
 // the same sweep, on a background thread, so that opening stays independent of the number
-// of items (pm::Allocator::begin_sweep says why it is sound). `structure` reports, at once,
-// the blocks only logged commits free (directories, tables); `walk` then reports every
-// block that stays reachable while it runs (TurboHash walks each shard under its lock;
-// PMEH's moves of records note their items). Construct it when the scheme is ready, before
-// any operation; the scheme's wait_idle() waits for it (check() then sees allocated ==
+// of items (pm::Allocator::begin_sweep says why it is sound). `walk` must report every block
+// that stays reachable while it runs (TurboHash walks each shard under its lock; PMEH's
+// moves of records note their items). Construct it when the scheme is ready, before any
+// operation; the scheme's wait_idle() waits for it (check() then sees allocated ==
 // reachable) and its stop() lets it finish: a sweep abandoned at a clean close would leave
 // its garbage allocated for good.
 class BackgroundSweep {
  public:
   // `test_pause_us` (tests, the schemes' `test_sweep_pause_us`): the walk sleeps that long
   // after every 16 blocks it reports, so that writes run beside it.
-  BackgroundSweep(pm::Allocator& alloc, pm::Epochs& epochs, const pm::Allocator::Walk& structure,
-                  pm::Allocator::Walk walk, uint64_t test_pause_us = 0)
-      : alloc_((alloc.begin_sweep(structure), alloc)),
+  BackgroundSweep(pm::Allocator& alloc, pm::Epochs& epochs, pm::Allocator::Walk walk,
+                  uint64_t test_pause_us = 0)
+      : alloc_((alloc.begin_sweep(), alloc)),
         epochs_(epochs),
         walk_(std::move(walk)),
         test_pause_us_(test_pause_us),

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cassert>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -432,22 +433,23 @@ void Allocator::unmark(uint64_t off) {
 }
 
 uint64_t Allocator::sweep(const Walk& walk) {
-  begin_sweep({});
+  begin_sweep();
   walk([this](uint64_t off) { note_reachable(off); });
   return end_sweep(false);
 }
 
 // O(heap / 512), not O(blocks): a 64-byte slab's bitmap words are the suspect words as they
 // are; larger blocks spread their bits (one per block start). No operation runs yet.
-void Allocator::begin_sweep(const Walk& structure) {
-  suspects_ = std::make_unique<std::atomic<uint64_t>[]>(map_words());
-  reached_ = std::make_unique<std::atomic<uint64_t>[]>(map_words());
+void Allocator::begin_sweep() {
+  // calloc: the pages of regions with nothing allocated are never touched.
+  suspects_.reset(static_cast<uint64_t*>(std::calloc(map_words(), 8)));
+  reached_.reset(static_cast<uint64_t*>(std::calloc(map_words(), 8)));
   const uint64_t units_per_chunk = chunk_ / kMinBlock;
   for (uint64_t c = 0; c < nchunks_; ++c) {
     uint64_t w = *chunk_word(c), type = w & 0xFF, value = w >> 8;
     uint64_t first = c * units_per_chunk;  // a multiple of 64: chunks are >= 4 KiB
     if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
-      suspects_[first / 64].store(1, std::memory_order_relaxed);
+      suspects_[first / 64] = 1;
       c += value - 1;
     } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
       const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
@@ -455,24 +457,23 @@ void Allocator::begin_sweep(const Walk& structure) {
       for (uint64_t bw = 0; bw < (nblocks + 63) / 64; ++bw) {
         uint64_t bits = bm[bw];
         if (stride == 1) {
-          suspects_[first / 64 + bw].store(bits, std::memory_order_relaxed);
+          if (bits != 0) suspects_[first / 64 + bw] = bits;
           continue;
         }
         for (; bits; bits &= bits - 1) {
           uint64_t u = first + (bw * 64 + std::countr_zero(bits)) * stride;
-          suspects_[u / 64].fetch_or(uint64_t{1} << (u % 64), std::memory_order_relaxed);
+          suspects_[u / 64] |= uint64_t{1} << (u % 64);
         }
       }
     }
   }
-  if (structure) structure([this](uint64_t off) { clear_unit(suspects_.get(), off); });
   sweeping_.store(true, std::memory_order_seq_cst);
 }
 
-void Allocator::clear_unit(std::atomic<uint64_t>* map, uint64_t off) const {
+void Allocator::clear_unit(uint64_t* map, uint64_t off) const {
   if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return;
   uint64_t u = (off - heap_off_) / kMinBlock;
-  map[u / 64].fetch_and(~(uint64_t{1} << (u % 64)), std::memory_order_seq_cst);
+  std::atomic_ref<uint64_t>(map[u / 64]).fetch_and(~(uint64_t{1} << (u % 64)));
 }
 
 // The two maps exist only while a sweep runs: a free or a move that saw sweeping_ holds
@@ -493,20 +494,21 @@ void Allocator::note_reachable(uint64_t off) {
   with_maps([&] {
     if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return;
     uint64_t u = (off - heap_off_) / kMinBlock;
-    reached_[u / 64].fetch_or(uint64_t{1} << (u % 64), std::memory_order_seq_cst);
+    std::atomic_ref<uint64_t>(reached_[u / 64]).fetch_or(uint64_t{1} << (u % 64));
   });
 }
 
 uint64_t Allocator::end_sweep(bool background) {
   std::vector<std::pair<uint64_t, uint64_t>> lost;
   for (uint64_t w = 0; w < map_words(); ++w) {
-    uint64_t left =
-        suspects_[w].load(std::memory_order_seq_cst) & ~reached_[w].load(std::memory_order_seq_cst);
+    std::atomic_ref<uint64_t> suspect(suspects_[w]);
+    uint64_t left = suspect.load();
+    if (left != 0) left &= ~std::atomic_ref<uint64_t>(reached_[w]).load();
     for (; left; left &= left - 1) {
       uint64_t off = heap_off_ + (w * 64 + std::countr_zero(left)) * kMinBlock;
       uint64_t size = block_size(off);
       // A write may have freed it meanwhile (forget_suspect): then the bit decides.
-      bool still = suspects_[w].load(std::memory_order_seq_cst) & (left & -left);
+      bool still = suspect.load() & (left & -left);
       if (size != 0 && still && clear_allocated(off, size)) lost.emplace_back(off, size);
     }
   }

@@ -28,6 +28,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -86,23 +87,20 @@ class Allocator {
   uint64_t sweep(const Walk& walk);
   // The same in steps, for a scheme whose recovery is instant: the walk runs in the
   // background while operations run (docs/crash-testing.md "Sweeping in the background").
-  // begin_sweep(), before any operation, notes every allocated block as a suspect except
-  // those `structure` reports (blocks only logged commits free: never garbage); a free
-  // (unmark, a committed Tx) forgets its suspect; the walk, and every write that moves an
-  // item while it runs, note_reachable() it; end_sweep() frees the suspects not reached.
-  // Sound when a block that stays reachable from begin_sweep() to end_sweep() is reached: a
-  // suspect not reached was unreachable at some moment after the crash, so it is garbage
-  // the crash left (nothing publishes an old block again) or a write unpublished it and
-  // frees it itself — the allocation bit decides which of the two frees it (clear_allocated),
-  // and the sweep's free goes through on_free (a grace period) so that the write's unmark
-  // meets a clear bit, not a reused block.
-  // The walk of a background sweep must not miss a block that a logged commit (pm::Tx)
-  // frees while it runs: such frees are not arbitrated (`structure` excludes TurboHash's
-  // and PMEH's; TurboHash frees shards under the lock its walk takes). `background`: the
-  // caller runs end_sweep() inside an epoch read-side section while operations run (a
-  // block a write frees during the scan is not reused before the scan has looked at it),
-  // and the swept blocks' reuse is epoch-deferred.
-  void begin_sweep(const Walk& structure);
+  // begin_sweep(), before any operation, notes every allocated block as a suspect (a copy
+  // of the allocation bitmaps); a free (unmark, a committed Tx) forgets its suspect; the
+  // walk, and every write that moves an item while it runs, note_reachable() it;
+  // end_sweep() frees the suspects not reached. Sound when a block that stays reachable
+  // from begin_sweep() to end_sweep() is reached: a suspect not reached was unreachable at
+  // some moment after the crash, so it is garbage the crash left (nothing publishes an old
+  // block again) or a write unpublished it and frees it itself — the allocation bit decides
+  // which of the two frees it (clear_allocated). Logged commits are not arbitrated: the walk
+  // must reach a block before a logged commit can free it (TurboHash frees shards, PMEH
+  // directories, under a lock its walk takes). `background`: the caller runs end_sweep()
+  // inside an epoch read-side section while operations run (a block a write frees during
+  // the scan is not reused before the scan has looked at it), and the swept blocks' reuse
+  // is epoch-deferred (a write still on its way to unmark() meets a clear bit).
+  void begin_sweep();
   void note_reachable(uint64_t off);
   uint64_t end_sweep(bool background);
   uint64_t swept() const { return swept_.load(std::memory_order_relaxed); }  // since open
@@ -164,13 +162,16 @@ class Allocator {
   // allocated at begin_sweep(); reached: reported since).
   bool clear_allocated(uint64_t off, uint64_t size);
   void forget_suspect(uint64_t off);
-  void clear_unit(std::atomic<uint64_t>* map, uint64_t off) const;
+  void clear_unit(uint64_t* map, uint64_t off) const;
   template <class F>
   void with_maps(F f);
   uint64_t map_words() const { return (nchunks_ * chunk_ / kMinBlock + 63) / 64; }
   std::atomic<bool> sweeping_{false};
   std::atomic<uint64_t> map_users_{0};
-  std::unique_ptr<std::atomic<uint64_t>[]> suspects_, reached_;
+  struct FreeMap {
+    void operator()(uint64_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint64_t[], FreeMap> suspects_, reached_;  // words used through atomic_ref
   std::unique_ptr<SpareBlocks> spares_;
 };
 

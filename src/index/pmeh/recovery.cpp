@@ -48,12 +48,23 @@ Status Pmeh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) 
   if (!clean && ctx.items.variable()) {
     Pmeh* pp = p.get();
     p->sweep_ = std::make_unique<BackgroundSweep>(
-        ctx.alloc, ctx.epochs, [pp](const auto& fn) { pp->for_each_structure(fn); },
-        [pp](const auto& fn) { pp->for_each([&](const Slot& s) { fn(s.value); }); },
+        ctx.alloc, ctx.epochs, [pp](const auto& fn) { pp->sweep_walk(fn); },
         pp->rt_.test_sweep_pause_us);
   }
   *out = std::move(p);
   return Status::Ok();
+}
+
+// The background sweep's walk, beside operations. Directories are reported under dir_mu_,
+// the lock they are freed under (a logged commit: the walk must reach them first);
+// segments are never freed; a record's item is seen in place, or noted by the write that
+// moves it (write_record, build_child) before its old copy goes.
+void Pmeh::sweep_walk(const std::function<void(uint64_t off)>& fn) {
+  {
+    std::lock_guard<std::mutex> g(dir_mu_);
+    for_each_structure(fn);
+  }
+  for_each([&](const Slot& s) { fn(s.value); });
 }
 
 // §III-F: instant recovery — only the split records are looked at (cases 2 and 4); the

@@ -143,7 +143,7 @@ Status TurboHash::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* 
   // allocated, unreachable items, which a background sweep frees (BackgroundSweep).
   if (!clean && ctx.items.variable())
     t->sweep_ = std::make_unique<BackgroundSweep>(
-        ctx.alloc, ctx.epochs, nullptr,
+        ctx.alloc, ctx.epochs,
         [tp = t.get()](const std::function<void(uint64_t)>& fn) { tp->walk_locked(fn); },
         t->test_sweep_pause_us_);
   *out = std::move(t);
