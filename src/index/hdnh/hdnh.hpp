@@ -73,6 +73,8 @@ class Hdnh final : public Scheme {
   struct HotRecord {
     uint64_t h1, kw, vw;
   };
+  // One recovery thread's records per hot-bucket partition.
+  using Deferred = std::vector<std::vector<HotRecord>>;
   static Status parse_config(const common::Params& runtime, Config* cfg);
   Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
   ~Hdnh() override;
@@ -167,7 +169,12 @@ class Hdnh final : public Scheme {
   Hashed hashed(std::string_view key) const;
   Hashed hashed_slot(uint64_t key_word) const;
   Candidates candidates(const Level& l, const Hashed& k) const;
-  uint64_t hot_bucket(const Level& l, const Hashed& k) const;
+  // The hot table has one candidate bucket per level (§3.3). Inline: the recovery computes
+  // it a few times per record.
+  uint64_t hot_bucket(const Level& l, const Hashed& k) const {
+    uint64_t sa = common::fast_range(static_cast<uint32_t>(k.h1 >> 32), l.segments);
+    return sa * m_ + ((k.h1 >> 8) & (m_ - 1));
+  }
   Level* make_level(uint64_t off, uint64_t segments);
   void publish_levels(std::initializer_list<Level*> lv);
   std::atomic<uint32_t>& stripe(uint64_t h) const {
@@ -226,14 +233,29 @@ class Hdnh final : public Scheme {
   void fix_partial_bucket();  // after a crash inside rehash_bucket
   bool bucket_live(const Level& l, uint64_t b) const;
 
-  // Recovery (§3.7): the OCF from one traversal, then the hot table per hot-bucket partition.
+  // Recovery (§3.7): one traversal per hot-bucket partition rebuilds the OCF and fills the
+  // partition's hot buckets; the records it could not place are filled in a second pass.
+  // A partition of the traversal: bottom hot buckets [lo, hi) of `parts`, the lists of the
+  // records for other partitions, and the last kAhead records for [lo, hi), placed kAhead
+  // records after their hot buckets were prefetched.
+  struct Window {
+    static constexpr uint64_t kAhead = 16;
+    uint64_t lo, hi;
+    unsigned parts;
+    Deferred* found;
+    uint64_t seen = 0;  // records for [lo, hi) so far
+    HotRecord ahead[kAhead];
+  };
   void rebuild_dram();
   unsigned recovery_parts(const LevelSet& set, unsigned nt) const;
   unsigned hot_partition(const LevelSet& set, const Hashed& k, unsigned parts) const;
-  int64_t rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt, unsigned parts,
-                      std::vector<std::vector<HotRecord>>* found) const;
-  void fill_hot_partition(const LevelSet& set,
-                          const std::vector<std::vector<std::vector<HotRecord>>>& found, unsigned p,
+  void reserve_deferred(const LevelSet& set, unsigned nt, Deferred* found) const;
+  int64_t rebuild_partition(const LevelSet& set, unsigned q, unsigned parts, Deferred* found);
+  int rebuild_bucket(const LevelSet& set, Level& l, uint64_t b, Window& w);
+  void place_ahead(const LevelSet& set, Window& w, const HotRecord& r);
+  void place_rest(const LevelSet& set, Window& w);
+  void prefetch_hot(const LevelSet& set, uint64_t h1) const;
+  void fill_hot_partition(const LevelSet& set, const std::vector<Deferred>& found, unsigned p,
                           unsigned k);
   void prefault_window(const LevelSet& set, unsigned q, unsigned parts) const;
   void hot_place(const LevelSet& set, const HotRecord& r);

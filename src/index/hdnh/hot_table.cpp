@@ -11,12 +11,6 @@ using common::Slot;
 using common::store_word;
 using namespace detail;
 
-// The hot table has one candidate bucket per level (§3.3).
-uint64_t Hdnh::hot_bucket(const Level& l, const Hashed& k) const {
-  uint64_t sa = common::fast_range(static_cast<uint32_t>(k.h1 >> 32), l.segments);
-  return sa * m_ + ((k.h1 >> 8) & (m_ - 1));
-}
-
 // ---- payloads (hot_table.hpp) ----
 
 hot::Payload Hdnh::hot_payload(std::string_view key, std::string_view value) const {

@@ -8,6 +8,12 @@
 
 #include "index/hdnh/detail.hpp"
 
+// XXH3 inlined here (XXH_INLINE_ALL: static functions under their own names) for the
+// traversal's hash of every record: the same function common::hash_word calls in libxxhash,
+// without a call through the PLT per record.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace pmhash::hdnh {
 
 using common::load_word;
@@ -69,8 +75,8 @@ void on_threads(unsigned n, Fn fn) {
 }
 
 // Records between the two recovery passes: found[t][q] holds what thread t found for
-// hot-bucket partition q.
-using Found = std::vector<std::vector<std::vector<Hdnh::HotRecord>>>;
+// hot-bucket partition q and could not place during its traversal.
+using Found = std::vector<Hdnh::Deferred>;
 
 // Bytes of hot buckets (all levels) per partition: the fill of one partition writes a
 // window of the hot table this small, so its lines and page translations stay in the
@@ -79,25 +85,29 @@ constexpr uint64_t kWindowBytes = 512 << 10;
 
 }  // namespace
 
-// §3.7: one traversal of the table rebuilds the OCF; the hot table is then filled from what
-// it found. The paper merges the two; here they are two passes so that each recovery thread
-// fills only the hot buckets it owns, with plain stores (a CAS per record into random
-// buckets shared by all threads was three quarters of the rebuild), and one window of them
-// at a time: the traversal sorts the records into small partitions of the hot table (a
-// bucket sort on the way), so the fill writes each window of hot buckets from the cache
-// instead of missing in DRAM and the TLB on every record.
+// §3.7: one traversal of the table rebuilds the OCF and the hot table. Each recovery thread
+// owns a range of hot-bucket partitions and writes their hot buckets with plain stores (a
+// CAS per record into buckets shared by all threads was three quarters of the rebuild), one
+// window at a time: it scans the table segments that line up with a partition, so about
+// half of the records (those in their first hash's segment) have their hot bucket in the
+// window just faulted in and go straight into it. The others are sorted into lists per
+// partition (a bucket sort on the way) and filled in a second pass, again window by window,
+// so no record costs a cache and TLB miss in a random hot bucket.
 void Hdnh::rebuild_dram() {
   const LevelSet& set = *levels_.load();
   const unsigned nt = cfg_.recovery_threads;
   const bool hot = cfg_.replacement != Replacement::kOff;
-  const unsigned parts = hot ? recovery_parts(set, nt) : 0;
-  Found found(nt, std::vector<std::vector<HotRecord>>(parts));
+  const unsigned parts = recovery_parts(set, nt), k = parts / nt;
+  Found found(nt, std::vector<std::vector<HotRecord>>(hot ? parts : 0));
   std::vector<int64_t> items(nt);
   on_threads(nt, [&](unsigned t) {
-    items[t] = rebuild_ocf(set, t, nt, parts, hot ? &found[t] : nullptr);
+    pm::Epochs::Guard guard(epochs_, threads_.id());
+    if (hot) reserve_deferred(set, nt, &found[t]);
+    for (unsigned q = t * k; q < (t + 1) * k; ++q)
+      items[t] += rebuild_partition(set, q, parts, hot ? &found[t] : nullptr);
   });
   auto t0 = std::chrono::steady_clock::now();
-  if (hot) on_threads(nt, [&](unsigned p) { fill_hot_partition(set, found, p, parts / nt); });
+  if (hot) on_threads(nt, [&](unsigned p) { fill_hot_partition(set, found, p, k); });
   recovery_hot_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   base_items_ = std::accumulate(items.begin(), items.end(), int64_t{0});
@@ -140,68 +150,123 @@ unsigned Hdnh::test_recovery_parts(unsigned nt) const {
 }
 #endif
 
-// Thread t's share of the traversal: the OCF entries of its buckets (every level's buckets
-// split in nt ranges), and the records, sorted by hot partition, for the hot table.
-int64_t Hdnh::rebuild_ocf(const LevelSet& set, unsigned t, unsigned nt, unsigned parts,
-                          std::vector<std::vector<HotRecord>>* found) const {
+// Room in a thread's lists for every record it may defer: only the pages written are
+// touched.
+void Hdnh::reserve_deferred(const LevelSet& set, unsigned nt, Deferred* found) const {
+  uint64_t slots = 0;
+  for (int i = 0; i < set.n; ++i) slots += set.lv[i]->nbuckets * kSlots / nt;
+  for (auto& f : *found) f.reserve(slots / found->size() + 16);
+}
+
+// Partition q's share of the traversal: the bottom level's segments whose first bucket is in
+// q (a segment s is scanned by partition s parts / M), and the segments of the bigger levels
+// over them (f s .. f s + f - 1 with f times the segments). Writes their OCF entries; with
+// the hot table on, q's window is faulted in first and each record goes into it now if its
+// hot bucket is in q, else into the list of its partition.
+int64_t Hdnh::rebuild_partition(const LevelSet& set, unsigned q, unsigned parts, Deferred* found) {
+  constexpr uint64_t kBucketsAhead = 8;  // table buckets prefetched ahead of the scan
+  const Level& bottom = *set.lv[1];
+  const uint64_t segs = bottom.segments;
+  const uint64_t s0 = (segs * q + parts - 1) / parts, s1 = (segs * (q + 1) + parts - 1) / parts;
+  Window w;
+  w.lo = (bottom.nbuckets * q + parts - 1) / parts;  // the first bucket b with b parts / N >= q
+  w.hi = (bottom.nbuckets * (q + 1) + parts - 1) / parts;
+  w.parts = parts;
+  w.found = found;
+  if (found != nullptr) prefault_window(set, q, parts);
   int64_t n = 0;
-  if (found != nullptr) {  // room for a full share: only the pages written are touched
-    uint64_t slots = 0;
-    for (int i = 0; i < set.n; ++i) slots += set.lv[i]->nbuckets * kSlots / nt;
-    for (auto& f : *found) f.reserve(slots / parts + 16);
-  }
   for (int i = 0; i < set.n; ++i) {
     Level& l = *set.lv[i];
-    uint64_t per = (l.nbuckets + nt - 1) / nt;
-    uint64_t end = std::min(l.nbuckets, (t + 1) * per);
-    for (uint64_t b = t * per; b < end; ++b) {
-      if (!bucket_live(l, b)) continue;
-      const Bucket& bk = l.buckets[b];
-      for (uint64_t bits = bk.bitmap & 0xFF; bits; bits &= bits - 1) {
-        int s = std::countr_zero(bits);
-        Hashed k = hashed_slot(bk.slots[s].key);
-        // No reader yet (open() returns the index after the rebuild): no change to count.
-        l.ocf[b * kSlots + s].store(ocf::kValid | k.fp, std::memory_order_relaxed);
-        ++n;
-        if (found != nullptr)
-          (*found)[hot_partition(set, k, parts)].push_back(
-              {k.h1, bk.slots[s].key, bk.slots[s].value});
+    const uint64_t f = l.segments / segs, end = f * s1 * m_;
+    for (uint64_t b = f * s0 * m_; b < end; ++b) {
+      if (b + kBucketsAhead < end) {  // the bitmap and slot lines (0 .. 143) of a later bucket
+        const char* next = reinterpret_cast<const char*>(&l.buckets[b + kBucketsAhead]);
+        for (int line = 0; line < 3; ++line) __builtin_prefetch(next + 64 * line);
       }
+      if (bucket_live(l, b)) n += rebuild_bucket(set, l, b, w);
     }
   }
+  if (found != nullptr) place_rest(set, w);
   return n;
 }
 
-// Thread p's partitions of the hot table, one window at a time: the records every thread
-// found for it, each into the first empty slot of its hot bucket in the first level that
-// has one (a rebuild does not evict: that would only churn). No other thread writes these
-// buckets, and none reads them yet.
+// One table bucket: its OCF entries, and its records for the hot table (window w or later).
+int Hdnh::rebuild_bucket(const LevelSet& set, Level& l, uint64_t b, Window& w) {
+  const Bucket& bk = l.buckets[b];
+  const uint64_t bitmap = bk.bitmap & 0xFF;
+  for (uint64_t bits = bitmap; bits; bits &= bits - 1) {
+    int s = std::countr_zero(bits);
+    const uint64_t kw = bk.slots[s].key;
+    // Items::slot_hash, inlined (h2 is not needed here).
+    const Hashed k{items_.variable() ? kw : XXH3_64bits_withSeed(&kw, 8, 0), 0, kw, 0};
+    // No reader yet (open() returns the index after the rebuild): no change to count.
+    l.ocf[b * kSlots + s].store(ocf::kValid | uint8_t(k.h1), std::memory_order_relaxed);
+    if (w.found == nullptr) continue;
+    HotRecord r{k.h1, kw, bk.slots[s].value};
+    uint64_t hb = hot_bucket(*set.lv[1], k);
+    if (hb >= w.lo && hb < w.hi) {  // its partition (hot_partition) is q
+      place_ahead(set, w, r);
+    } else {
+      std::vector<HotRecord>& list = (*w.found)[hb * w.parts / set.lv[1]->nbuckets];
+      list.push_back(r);
+      // The list's next line, for its next record (hundreds of records later): no RFO miss
+      // in the store then.
+      __builtin_prefetch(list.data() + list.size() + 2, 1);
+    }
+  }
+  return std::popcount(bitmap);
+}
+
+// A record for window w: its hot buckets are prefetched now, and it is placed kAhead
+// records later (the window's pages were just zeroed, by stores that leave them out of the
+// cache), in place of the record kAhead before it.
+void Hdnh::place_ahead(const LevelSet& set, Window& w, const HotRecord& r) {
+  HotRecord& slot = w.ahead[w.seen++ % Window::kAhead];
+  if (w.seen > Window::kAhead) hot_place(set, slot);
+  prefetch_hot(set, r.h1);
+  slot = r;
+}
+
+// The window's records still waiting in place_ahead, oldest first.
+void Hdnh::place_rest(const LevelSet& set, Window& w) {
+  uint64_t from = w.seen > Window::kAhead ? w.seen - Window::kAhead : 0;
+  for (uint64_t i = from; i < w.seen; ++i) hot_place(set, w.ahead[i % Window::kAhead]);
+  w.seen = 0;
+}
+
+// The lines hot_place reads and writes first: the key's hot bucket (head and payload) in
+// the levels tried first.
+void Hdnh::prefetch_hot(const LevelSet& set, uint64_t h1) const {
+  for (int j = 0; j < 2; ++j) {
+    const hot::Table& t = set.lv[j]->hot;
+    uint64_t b = hot_bucket(*set.lv[j], Hashed{h1, 0, 0, 0});
+    __builtin_prefetch(t.line0(b), 1);
+    __builtin_prefetch(t.payload(b, 0), 1);
+  }
+}
+
+// Thread p's partitions of the hot table, one window at a time: the records the traversal
+// (every thread's) kept for them. No other thread writes these buckets, and none reads them
+// yet.
 void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned p, unsigned k) {
-  constexpr size_t kAhead = 8;  // records whose top-level hot buckets are prefetched
+  constexpr size_t kAhead = Window::kAhead;  // records whose hot buckets are prefetched
   pm::Epochs::Guard guard(epochs_, threads_.id());
-  const hot::Table& first = set.lv[0]->hot;
-  const unsigned parts = k * unsigned(found.size());
   for (unsigned q = p * k; q < (p + 1) * k; ++q) {
-    prefault_window(set, q, parts);
     for (const auto& per_thread : found) {
       const std::vector<HotRecord>& recs = per_thread[q];
       for (size_t i = 0; i < recs.size(); ++i) {
-        if (i + kAhead < recs.size()) {
-          uint64_t b = hot_bucket(*set.lv[0], Hashed{recs[i + kAhead].h1, 0, 0, 0});
-          __builtin_prefetch(first.line0(b), 1);
-          __builtin_prefetch(first.payload(b, 0), 1);
-        }
+        if (i + kAhead < recs.size()) prefetch_hot(set, recs[i + kAhead].h1);
         hot_place(set, recs[i]);
       }
     }
   }
 }
 
-// Faults in partition q's hot buckets in every level, writable, just before they are
-// filled: the kernel's zeroing leaves the window in this core's cache, and no page is first
-// read as the shared zero page (the fill reads a slot before writing it: that would cost a
-// second fault and a TLB shootdown). Partition q is the bottom level's buckets [lo, hi); in
-// a level with f times its segments they are in segments f (lo / m) .. f ((hi - 1) / m + 1).
+// Faults in partition q's hot buckets in every level, writable, in one call before its
+// traversal: no page is first read as the shared zero page (hot_place reads a slot before
+// writing it: that would cost a second fault and a TLB shootdown). Partition q is the bottom
+// level's buckets [lo, hi); in a level with f times its segments they are in segments f (lo / m) ..
+// f ((hi - 1) / m + 1).
 void Hdnh::prefault_window(const LevelSet& set, unsigned q, unsigned parts) const {
   const Level& bottom = *set.lv[1];
   uint64_t lo = (bottom.nbuckets * q + parts - 1) / parts;  // first b with b parts / N >= q
@@ -215,7 +280,8 @@ void Hdnh::prefault_window(const LevelSet& set, unsigned q, unsigned parts) cons
   }
 }
 
-// One record into the first empty slot of its hot buckets, top level first.
+// One record into the first empty slot of its hot buckets, top level first (a rebuild does
+// not evict: that would only churn).
 void Hdnh::hot_place(const LevelSet& set, const HotRecord& r) {
   for (int j = 0; j < set.n; ++j) {
     Level& l = *set.lv[j];
