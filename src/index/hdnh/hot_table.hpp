@@ -54,9 +54,12 @@ inline Shape shape(int slots, bool variable) {
 
 // Zeroed pages, faulted in by whichever thread first writes them (recovery threads split
 // the first touch, instead of one thread zero-filling every array before the traversal).
+// Transparent huge pages where the kernel allows them (recovery faults the whole table in:
+// a 2 MB fault instead of 512 4 KiB ones; reads then miss the TLB less).
 inline void* zeroed_pages(uint64_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
   return p;
 }
 // Faults in bytes [from, to) of them writable, in one call (recovery: a window just before
