@@ -65,7 +65,7 @@ TEST_P(BackgroundSweepTest, WritesDuringTheSweepLoseNothingAndTheCrashsGarbageIs
     write_bytes(crashed.path, read_file(p.path));  // the crash: the file as it is now
   }
   o.create = false;
-  o.params["test_sweep_pause_us"] = "3000";  // per 16 blocks the sweep reports
+  o.params["test_sweep_pause_us"] = "20000";  // per 16 blocks the sweep reports
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(Index::open(crashed.path, o, &idx).ok());
   pm::Allocator& alloc = *idx->impl()->alloc;

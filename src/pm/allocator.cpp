@@ -456,6 +456,7 @@ void Allocator::begin_sweep() {
       uint64_t stride = uint64_t{1} << value, nblocks = chunk_ / (kMinBlock << value);
       for (uint64_t bw = 0; bw < (nblocks + 63) / 64; ++bw) {
         uint64_t bits = bm[bw];
+        if ((bw + 1) * 64 > nblocks) bits &= (uint64_t{1} << (nblocks % 64)) - 1;  // damage
         if (stride == 1) {
           if (bits != 0) suspects_[first / 64 + bw] = bits;
           continue;

@@ -509,16 +509,12 @@ bool Pmeh::check(std::string* report) const {
   return ok;
 }
 
-void Pmeh::for_each_structure(const std::function<void(uint64_t off)>& fn) const {
+void Pmeh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
   fn(root_off_);
   fn(root_->split_log);
   for (uint64_t j = 0; j < kMaxDirs; ++j)
     if (uint64_t off = load_word(root_->dirs[j])) fn(off);
   for (uint64_t so : distinct_segments()) fn(so);
-}
-
-void Pmeh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const {
-  for_each_structure(fn);
   if (items_.variable()) for_each([&](const Slot& s) { fn(s.value); });
 }
 

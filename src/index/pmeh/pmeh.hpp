@@ -164,8 +164,6 @@ class Pmeh final : public Scheme {
   void recover();                 // §III-F at construction: every zone's split record
   void free_old_directories(uint64_t k);
   std::vector<uint64_t> distinct_segments() const;
-  // The root, split log, directories and segments.
-  void for_each_structure(const std::function<void(uint64_t off)>& fn) const;
   void sweep_walk(const std::function<void(uint64_t off)>& fn);  // recovery.cpp
 
   pm::Pool& pool_;

@@ -55,16 +55,33 @@ Status Pmeh::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out) 
   return Status::Ok();
 }
 
-// The background sweep's walk, beside operations. Directories are reported under dir_mu_,
-// the lock they are freed under (a logged commit: the walk must reach them first);
-// segments are never freed; a record's item is seen in place, or noted by the write that
-// moves it (write_record, build_child) before its old copy goes.
+// The background sweep's walk, beside operations. Directories and the segment list are read
+// under dir_mu_, the lock directories are published and freed under (a free is a logged
+// commit: the walk must reach them first; and reading the ring while a directory wraps
+// around it could miss segments); segments are never freed; a record's item is seen in
+// place, or noted by the write that moves it (write_record, build_child) before its old
+// copy goes. Every slot with its
+// allocation bit set is reported, read atomically (writers run): a copy a split or a
+// displacement leaves behind names an item that is live elsewhere or freed meanwhile, and
+// reporting a block too many only keeps it for the next sweep.
 void Pmeh::sweep_walk(const std::function<void(uint64_t off)>& fn) {
-  {
+  std::vector<uint64_t> segs;
+  {  // no directory is published or freed meanwhile: the ring is read whole, consistently
     std::lock_guard<std::mutex> g(dir_mu_);
-    for_each_structure(fn);
+    fn(root_off_);
+    fn(root_->split_log);
+    for (uint64_t j = 0; j < kMaxDirs; ++j)
+      if (uint64_t off = load_word(root_->dirs[j])) fn(off);
+    segs = distinct_segments();
   }
-  for_each([&](const Slot& s) { fn(s.value); });
+  for (uint64_t so : segs) fn(so);
+  // A segment split off later holds copies noted by build_child, or new items.
+  for (uint64_t so : segs) {
+    Bucket* bs = buckets(segment(so));
+    for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
+      for (uint32_t a = word::alloc(load_word(bs[i].word0)); a; a &= a - 1)
+        fn(load_word(bs[i].slots[std::countr_zero(a)].value));
+  }
 }
 
 // §III-F: instant recovery — only the split records are looked at (cases 2 and 4); the
