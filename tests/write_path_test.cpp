@@ -64,6 +64,34 @@ class WritePathTest : public ::testing::TestWithParam<Format> {
     idx.impl()->scheme->counters(&c);
     return c[name];
   }
+  // One shard of 64 buckets (LineHT, TurboHash), 48 keys — a quarter of LineHT's 192 slots,
+  // no key beyond its probe bound, no resize: every insert and update costs `write`, every
+  // delete `remove`.
+  void run_one_shard(Options o, Cost write, Cost remove) {
+    o.params = {{"shards", "1"}, {"buckets", "64"}};
+    TempPool p;
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    idx->impl()->alloc->spares().set_batch_blocks(256);  // one refill: the warm-up's
+    const int n = 48;
+    ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word, once
+    ASSERT_TRUE(idx->remove(key(n)).ok());
+    for (int i = 0; i < n; ++i) {
+      Cost c = cost_of([&] { ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok()); });
+      EXPECT_EQ(c, write) << "insert " << i;
+    }
+    for (int i = 0; i < n; ++i) {
+      Cost c = cost_of([&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
+      EXPECT_EQ(c, write) << "update " << i;
+    }
+    for (int i = 0; i < n; ++i) {
+      Cost c = cost_of([&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
+      EXPECT_EQ(c, remove) << "delete " << i;
+    }
+    EXPECT_EQ(counter(*idx, "shard_resizes"), 0);
+    std::string report;
+    EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+  }
   // One head bucket of `slots` slots: insert i is a chain-bucket insert iff i >= slots and
   // i % slots == 0 (a new bucket gets the item in its first slot; the next ones fill it).
   // Every insert, update and delete is checked against `slot`/`chain`/`update`/`remove`.
@@ -145,31 +173,8 @@ TEST_P(WritePathTest, WophiWithoutPab) {
 // a flush. With the redo log a variable insert cost 6 flushes / 4 fences; with the item's
 // allocation bit on the write path 3 / 2.
 TEST_P(WritePathTest, LineHT) {
-  TempPool p;
   Options o = small_options("lineht", GetParam());
-  o.params = {{"shards", "1"}, {"buckets", "64"}};
-  std::unique_ptr<Index> idx;
-  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
-  idx->impl()->alloc->spares().set_batch_blocks(256);  // one refill: the warm-up's
-  const int n = 48;  // a quarter of the 192 slots: no key beyond its probe bound
-  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word, once
-  ASSERT_TRUE(idx->remove(key(n)).ok());
-  const Cost write = variable() ? Cost{2, 2} : Cost{1, 1}, remove{1, 1};
-  for (int i = 0; i < n; ++i) {
-    Cost c = cost_of([&] { ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok()); });
-    EXPECT_EQ(c, write) << "insert " << i;
-  }
-  for (int i = 0; i < n; ++i) {
-    Cost c = cost_of([&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
-    EXPECT_EQ(c, write) << "update " << i;
-  }
-  for (int i = 0; i < n; ++i) {
-    Cost c = cost_of([&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
-    EXPECT_EQ(c, remove) << "delete " << i;
-  }
-  EXPECT_EQ(counter(*idx, "shard_resizes"), 0);
-  std::string report;
-  EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+  run_one_shard(o, variable() ? Cost{2, 2} : Cost{1, 1}, Cost{1, 1});
 }
 
 // TurboHash Alg. 2/4 (one shard of 64 buckets, 48 keys: no resize): the slot's line, then
@@ -179,31 +184,8 @@ TEST_P(WritePathTest, LineHT) {
 // no fence more; the replaced or deleted item is unmarked without a flush, and a crash in
 // between is swept in the background after recovery. With the redo log: 6 / 4 and 4 / 3.
 TEST_P(WritePathTest, TurboHash) {
-  TempPool p;
   Options o = small_options("turbohash", GetParam());
-  o.params = {{"shards", "1"}, {"buckets", "64"}};
-  std::unique_ptr<Index> idx;
-  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
-  idx->impl()->alloc->spares().set_batch_blocks(256);  // one refill: the warm-up's
-  const int n = 48;
-  ASSERT_TRUE(idx->insert(key(n), value(n, 1)).ok());  // the item slab's chunk word, once
-  ASSERT_TRUE(idx->remove(key(n)).ok());
-  const Cost write = variable() ? Cost{3, 2} : Cost{2, 2}, remove{1, 1};
-  for (int i = 0; i < n; ++i) {
-    Cost c = cost_of([&] { ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok()); });
-    EXPECT_EQ(c, write) << "insert " << i;
-  }
-  for (int i = 0; i < n; ++i) {
-    Cost c = cost_of([&] { ASSERT_TRUE(idx->update(key(i), value(i, 2)).ok()); });
-    EXPECT_EQ(c, write) << "update " << i;
-  }
-  for (int i = 0; i < n; ++i) {
-    Cost c = cost_of([&] { ASSERT_TRUE(idx->remove(key(i)).ok()); });
-    EXPECT_EQ(c, remove) << "delete " << i;
-  }
-  EXPECT_EQ(counter(*idx, "shard_resizes"), 0);
-  std::string report;
-  EXPECT_TRUE(idx->impl()->check(&report)) << report;  // includes allocated == reachable
+  run_one_shard(o, variable() ? Cost{3, 2} : Cost{2, 2}, Cost{1, 1});
 }
 
 // HDNH (§3.6, Figs. 9-10): insert — slot, flush, fence; bitmap bit, flush, fence. Update —

@@ -62,21 +62,6 @@ bool Items::read_value(uint64_t value_word, std::string* out) const {
   return true;
 }
 
-void Items::replace_value(uint64_t& value_word, const New& n) const {
-  const pm::Persister& p = alloc_.pool().persister();
-  if (!variable_) {
-    store_word(value_word, n.value_word);
-    p.persist(&value_word, 8);
-    return;
-  }
-  p.fence();  // the new item is persisted before the commit that publishes it
-  pm::Tx tx(alloc_);
-  tx.publish(n.item);
-  tx.store(&value_word, n.value_word);
-  tx.free(value_word);
-  tx.commit();
-}
-
 // A small item goes to a spare block, whose allocation bit a batch persisted earlier; a
 // larger one is reserved and marked here (its bit's line flushed beside it).
 Status Items::write(std::string_view key, std::string_view value, uint64_t kw, New* out) const {

@@ -8,10 +8,10 @@
 //   | key_len u32 | value_len u32 | key bytes | value bytes | pad |
 //
 // A variable item is updated out of place: a new item is written and flushed, then the
-// scheme's publishing 8-byte store, the item's allocation and the old item's free commit in
-// one pm::Tx (make/replace_value) — or, for a scheme that sweeps at recovery, without a log
-// (write/swap_value/retire: pm::Allocator's log-free protocol). Freed items are reused only
-// after an epoch grace period (lock-free readers).
+// scheme's publishing 8-byte store, then the old item is freed — without a log
+// (write/swap_value/retire: pm::Allocator's log-free protocol; every scheme sweeps what a
+// crash leaves unreachable). Freed items are reused only after an epoch grace period
+// (lock-free readers).
 #pragma once
 
 #include <cstdint>
@@ -72,15 +72,11 @@ class Items {
   struct New {
     uint64_t key_word = 0;
     uint64_t value_word = 0;
-    pm::Reservation item;  // variable format: the item to publish in the same Tx
+    pm::Reservation item;  // variable format: the item the slot will own
   };
   // Prepares the slot content. In the variable format writes and flushes the item (the
-  // caller's next fence orders it before the publishing store).
-  Status make(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
-  void cancel(const New& n) const { alloc_.cancel(n.item); }
-
-  // The log-free protocol (pm::Allocator::mark; the scheme sweeps at recovery): as make(),
-  // and the item's allocation bit is persisted — by an earlier batch for a small item
+  // caller's next fence orders it before the publishing store), and the item's allocation
+  // bit is persisted — by an earlier batch for a small item
   // (pm::SpareBlocks), else set and flushed with it. The caller's next fence orders the
   // item (and the bit) before the store that publishes the item.
   Status write(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
@@ -92,14 +88,9 @@ class Items {
   void retire(uint64_t value_word) const {
     if (variable_) alloc_.unmark(value_word);
   }
-  // replace_value for items from write(): fence, one 8-byte store persisted, old item
-  // retired. Fixed format: the store persisted.
+  // Replaces a live slot's value (caller holds the slot's write lock) with one from write():
+  // fence, one 8-byte store persisted, old item retired. Fixed format: the store persisted.
   void swap_value(uint64_t& value_word, const New& n) const;
-
-  // Replaces a live slot's value crash-atomically (caller holds the slot's write lock): one
-  // 8-byte store of the value word (fixed); a new item published, swapped in and the old one
-  // freed in one commit (variable). `n` comes from make().
-  void replace_value(uint64_t& value_word, const New& n) const;
 
   // Reads a value; false if a racy read saw an impossible item (the reader retries).
   bool read_value(uint64_t value_word, std::string* out) const;
@@ -112,6 +103,8 @@ class Items {
   uint64_t owned_block(uint64_t value_word) const { return variable_ ? value_word : 0; }
 
  private:
+  // Reserves, writes and flushes the item (variable format; write() marks it).
+  Status make(std::string_view key, std::string_view value, uint64_t kw, New* out) const;
   // Writes and flushes the item into r (variable format).
   void fill(const pm::Reservation& r, std::string_view key, std::string_view value, New* out) const;
   static Status pool_full(uint64_t size);
