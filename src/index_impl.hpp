@@ -43,6 +43,8 @@ class IndexImpl {
   std::unique_ptr<Scheme> scheme;
   Options options;
   common::OpGate gate;  // close() shuts it; see common/op_gate.hpp
+  static_assert(pm::ThreadRegistry::kMaxThreads <= common::OpGate::kThreads,
+                "every thread id has its gate counter");
   std::mutex close_mu;
   bool closed = false;
   bool recovered = false;

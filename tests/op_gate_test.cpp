@@ -94,5 +94,40 @@ TEST(OpGate, OneExclusiveAtATime) {
   EXPECT_EQ(most.load(), 1);
 }
 
+// The fast path (a plain store, a compiler barrier, a load) against shut() and Exclusive
+// (a store, membarrier, loads): callers pass the gate in a tight loop, more of them than
+// cores, while another thread holds an Exclusive or shuts the gate; no call may be inside
+// while the Exclusive holds, nor once shut() has returned. Many rounds: a missing fence on
+// either side shows as an occasional call inside.
+TEST(OpGate, NoCallIsInsideDuringAnExclusiveOrAfterShut) {
+  for (int round = 0; round < 40; ++round) {
+    OpGate g;
+    std::atomic<int> inside{0}, seen_inside{0};
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> callers;
+    for (int i = 0; i < kCallers; ++i)
+      callers.emplace_back([&, i] {
+        while (!stop.load(std::memory_order_relaxed)) {
+          OpGate::Pass pass(g, 1 + i);
+          if (!pass) return;
+          inside.fetch_add(1);
+          inside.fetch_sub(1);
+        }
+      });
+    for (int e = 0; e < 100; ++e) {
+      OpGate::Exclusive alone(g, 0);
+      ASSERT_TRUE(alone);
+      for (int k = 0; k < 100; ++k)
+        if (inside.load() != 0) seen_inside.fetch_add(1);
+    }
+    EXPECT_TRUE(g.shut());
+    for (int k = 0; k < 100; ++k)
+      if (inside.load() != 0) seen_inside.fetch_add(1);
+    stop = true;
+    for (auto& t : callers) t.join();
+    ASSERT_EQ(seen_inside.load(), 0) << "round " << round;
+  }
+}
+
 }  // namespace
 }  // namespace pmhash::common

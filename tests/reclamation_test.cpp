@@ -382,9 +382,9 @@ TEST(OpGate, EntersUntilShutThenRefuses) {
   EXPECT_FALSE(g.enter(70));
 }
 
-TEST(OpGate, ShutWaitsForCallsInsideIncludingThreadsSharingAStripe) {
+TEST(OpGate, ShutWaitsForEachCallInside) {
   common::OpGate g;
-  // Thread ids 1 and 65 share a stripe: the count, not a flag, must keep shut() waiting.
+  // Thread ids 1 and 65 (once sharing a stripe of counters): shut() waits for both.
   ASSERT_TRUE(g.enter(1));
   ASSERT_TRUE(g.enter(65));
   std::atomic<bool> shut_done{false};

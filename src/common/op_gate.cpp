@@ -1,5 +1,13 @@
 #include "common/op_gate.hpp"
 
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <thread>
+
+#include "common/asymmetric_fence.hpp"
+#include "common/spin_lock.hpp"
+
 namespace pmhash::common {
 
 namespace {
@@ -11,7 +19,7 @@ thread_local const OpGate* tls_inside[kNesting];
 thread_local int tls_depth = 0;
 }  // namespace
 
-OpGate::OpGate() : stripes_(new Stripe[kStripes]) {}
+OpGate::OpGate() : counters_(new Counter[kThreads]) {}
 
 bool OpGate::inside_a_call() const {
   for (int i = 0; i < tls_depth && i < kNesting; ++i)
@@ -28,19 +36,27 @@ void OpGate::note_entered() {
   ++tls_depth;
 }
 
-// An Exclusive waits for its own stripe to fall to 1, shut() for every stripe to fall to 0.
-void OpGate::leave_stripe(std::atomic<int64_t>& c) {
-  if (c.fetch_sub(1, std::memory_order_seq_cst) <= 2) c.notify_all();
+OpGate::Counter& OpGate::counter(unsigned tid) const {
+  assert(tid < kThreads);
+  return counters_[tid];
 }
 
-// The caller's increment and the gate's state form Dekker pairs with shut() and Exclusive
-// (all sequentially consistent): either they see the increment and wait for it, or the
-// caller sees the gate shut or held.
+// Only the counter's own thread writes it: a load and a store, no locked instruction.
+void OpGate::add(Counter& c, int64_t d, std::memory_order order) {
+  c.inside.store(c.inside.load(std::memory_order_relaxed) + d, order);
+}
+
+// The caller's increment and the gate's state form a Dekker pair with shut() and Exclusive:
+// the caller stores, light_fence(), loads state_; they store state_, heavy_fence(), load
+// the counters. Either they see the increment and wait for it, or the caller sees the gate
+// shut or held. A call leaves with a release store, so what it did happens before the
+// shut() or Exclusive that sees it gone.
 bool OpGate::enter(unsigned tid, bool exclusive) {
-  std::atomic<int64_t>& c = stripes_[tid % kStripes].inside;
-  c.fetch_add(1, std::memory_order_seq_cst);
+  Counter& c = counter(tid);
+  add(c, 1, std::memory_order_relaxed);
+  light_fence();
   for (;;) {
-    uint32_t st = state_.load(std::memory_order_seq_cst);
+    uint32_t st = state_.load(std::memory_order_acquire);
     if (st & kShut) break;
     if (!(st & kHeld) && exclusive &&
         !state_.compare_exchange_strong(st, st | kHeld, std::memory_order_seq_cst))
@@ -50,32 +66,45 @@ bool OpGate::enter(unsigned tid, bool exclusive) {
       return true;
     }
     waiting_.fetch_add(1, std::memory_order_seq_cst);  // counted here before leaving c
-    leave_stripe(c);
+    add(c, -1, std::memory_order_release);
     state_.wait(st, std::memory_order_seq_cst);
-    c.fetch_add(1, std::memory_order_seq_cst);  // counted in c before leaving waiting_
+    add(c, 1, std::memory_order_relaxed);  // counted in c before leaving waiting_
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (waiting_.fetch_sub(1, std::memory_order_seq_cst) == 1) waiting_.notify_all();
   }
-  leave_stripe(c);
+  add(c, -1, std::memory_order_release);
   return false;
 }
 
 void OpGate::exit(unsigned tid) {
   --tls_depth;
-  leave_stripe(stripes_[tid % kStripes].inside);
+  add(counter(tid), -1, std::memory_order_release);
 }
 
-void OpGate::wait_until_empty() {
-  for (unsigned i = 0; i < kStripes; ++i) {
-    std::atomic<int64_t>& c = stripes_[i].inside;
-    for (int64_t v; (v = c.load(std::memory_order_seq_cst)) != 0;) c.wait(v);
+// The rare side polls: calls leave without telling anyone (a notify would cost the fast
+// path a check). Spins briefly, then yields, then sleeps up to a millisecond at a time.
+void OpGate::wait_until_inside(unsigned tid, int64_t mine) const {
+  const std::atomic<int64_t>& c = counter(tid).inside;
+  for (int round = 0; c.load(std::memory_order_acquire) != mine; ++round) {
+    if (round < 64)
+      cpu_relax();
+    else if (round < 1024)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(round - 1000, 1000)));
   }
+}
+
+void OpGate::wait_until_empty() const {
+  for (unsigned i = 0; i < kThreads; ++i) wait_until_inside(i, 0);
 }
 
 bool OpGate::shut() {
   uint32_t was = state_.fetch_or(kShut, std::memory_order_seq_cst);
   state_.notify_all();  // waiting calls wake up to kClosed
-  // A waiting call moves into its stripe before it leaves waiting_, and no call starts to
-  // wait once it has seen the gate shut: empty stripes after an empty waiting_ means gone.
+  heavy_fence();        // a call entering from now on sees kShut, or is seen inside
+  // A waiting call moves into its counter before it leaves waiting_, and no call starts to
+  // wait once it has seen the gate shut: empty counters after an empty waiting_ means gone.
   for (int64_t w;;) {
     while ((w = waiting_.load(std::memory_order_seq_cst)) != 0) waiting_.wait(w);
     wait_until_empty();
@@ -84,13 +113,10 @@ bool OpGate::shut() {
   return (was & kShut) == 0;
 }
 
-// Every stripe empty but the caller's own entry.
-void OpGate::wait_until_alone(unsigned tid) {
-  for (unsigned i = 0; i < kStripes; ++i) {
-    std::atomic<int64_t>& c = stripes_[i].inside;
-    const int64_t mine = i == tid % kStripes ? 1 : 0;
-    for (int64_t v; (v = c.load(std::memory_order_seq_cst)) != mine;) c.wait(v);
-  }
+// Every counter empty but the caller's own entry (after the CAS that set kHeld).
+void OpGate::wait_until_alone(unsigned tid) const {
+  heavy_fence();
+  for (unsigned i = 0; i < kThreads; ++i) wait_until_inside(i, i == tid ? 1 : 0);
 }
 
 OpGate::Exclusive::Exclusive(OpGate& g, unsigned tid) : g_(g), tid_(tid), ok_(g.enter(tid, true)) {

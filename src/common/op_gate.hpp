@@ -3,10 +3,12 @@
 //              the gate or waiting at it (waiting calls wake up to kClosed).
 //   Exclusive  (check) later calls wait at the gate until it ends; it starts once the calls
 //              inside have left, so it sees a quiescent index. One at a time.
-// Counters are striped by thread id so that passing the gate costs one uncontended atomic
-// increment and decrement. A thread already inside the gate (a call made from a for_each
-// callback) passes a pending Exclusive, which would otherwise wait for it forever; the first
-// kNesting gates a thread is inside are remembered for that.
+// One counter per thread id, written only by its thread: passing the gate costs two plain
+// stores and a compiler barrier (common/asymmetric_fence.hpp), no locked instruction, so a
+// caller's cache misses overlap from one call to the next; shut() and Exclusive pay the
+// heavy fence and poll the counters. A thread already inside the gate (a call made from a
+// for_each callback) passes a pending Exclusive, which would otherwise wait for it forever;
+// the first kNesting gates a thread is inside are remembered for that.
 #pragma once
 
 #include <atomic>
@@ -17,6 +19,7 @@ namespace pmhash::common {
 
 class OpGate {
  public:
+  static constexpr unsigned kThreads = 256;  // thread ids: [0, kThreads)
   OpGate();
   // Enters the gate; false once it is shut (the caller returns kClosed).
   bool enter(unsigned tid) { return enter(tid, false); }
@@ -68,20 +71,23 @@ class OpGate {
   // state_: the gate's two conditions in one word, so that a waiting call wakes for either.
   static constexpr uint32_t kHeld = 1;  // an Exclusive holds the gate
   static constexpr uint32_t kShut = 2;  // close() has shut it
-  struct alignas(64) Stripe {
+  // Calls of thread `tid` inside the gate (more than one when nested); only that thread
+  // writes it, the rare side reads it.
+  struct alignas(64) Counter {
     std::atomic<int64_t> inside{0};
   };
-  static constexpr unsigned kStripes = 64;
 
   bool enter(unsigned tid, bool exclusive);
-  void leave_stripe(std::atomic<int64_t>& c);
-  void wait_until_alone(unsigned tid);
-  void wait_until_empty();
+  Counter& counter(unsigned tid) const;
+  static void add(Counter& c, int64_t d, std::memory_order order);
+  void wait_until_inside(unsigned tid, int64_t mine) const;
+  void wait_until_alone(unsigned tid) const;
+  void wait_until_empty() const;
   void note_entered();
 
-  std::unique_ptr<Stripe[]> stripes_;
+  std::unique_ptr<Counter[]> counters_;
   std::atomic<uint32_t> state_{0};
-  // Calls waiting at the gate. A call is always counted in its stripe or here (it joins one
+  // Calls waiting at the gate. A call is always counted in its counter or here (it joins one
   // count before it leaves the other), so shut() can wait for every one of them.
   std::atomic<int64_t> waiting_{0};
 };
