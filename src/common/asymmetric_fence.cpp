@@ -1,8 +1,13 @@
 #include "common/asymmetric_fence.hpp"
 
 #include <linux/membarrier.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 
 namespace pmhash::common {
 
@@ -10,28 +15,45 @@ namespace {
 long membarrier(int cmd) {
   return syscall(__NR_membarrier, cmd, 0, 0);
 }
+
+// The last resort, should membarrier be refused after it was registered (a seccomp filter
+// installed later): taking write access away from a page this thread has written makes
+// the kernel interrupt every CPU that may cache its mapping (a TLB shootdown), which
+// executes a full barrier there — the fallback folly's asymmetric barrier uses.
+void shootdown_fence() {
+  static std::mutex mu;
+  static char* page = [] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }();
+  std::lock_guard<std::mutex> g(mu);
+  if (page == nullptr || mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0) std::abort();
+  *static_cast<volatile char*>(page) = 1;  // the mapping is now cached where this runs
+  if (mprotect(page, 4096, PROT_READ) != 0) std::abort();
+}
 }  // namespace
 
-bool detail::asymmetric_fences() {
-  static const bool ok = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
-                         membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+bool enable_asymmetric_fences() {
+  static const bool ok = [] {
+    bool yes = membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+               membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+    if (yes) detail::asymmetric.store(true, std::memory_order_seq_cst);
+    return yes;
+  }();
   return ok;
 }
 
-// Asks the function, not kAsymmetric: a light_fence() that read kAsymmetric before its
-// initialization used the full fence, which pairs with either kind.
 void heavy_fence() {
-  if (!detail::asymmetric_fences()) {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    return;
-  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // this thread's own side
+  if (!enable_asymmetric_fences()) return;              // every light_fence() is a full fence
   if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
-  // The registration is the process's; should it be lost (it is kept across fork), the
-  // global command needs none: slower (it waits for every CPU to schedule), as strong.
+  // The registration is the process's and survives fork; should it be lost, register
+  // again; the global command needs none (slower: it waits for every CPU to schedule).
   if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
       membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
     return;
-  membarrier(MEMBARRIER_CMD_GLOBAL);
+  if (membarrier(MEMBARRIER_CMD_GLOBAL) == 0) return;
+  shootdown_fence();
 }
 
 }  // namespace pmhash::common

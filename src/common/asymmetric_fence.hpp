@@ -9,8 +9,8 @@
 // At least one of the two loads sees the other side's store. A locked instruction or an
 // mfence on the frequent side would do the same, but it waits for the thread's earlier
 // loads, so a reader's cache miss could no longer overlap the next operation's (issue 19:
-// 1.4x read throughput for the OpGate). Where membarrier is refused (an old kernel, a
-// seccomp filter), both sides fall back to a sequentially consistent fence.
+// 1.3-1.4x read throughput for the OpGate). Where membarrier is refused (an old kernel, a
+// seccomp filter), both sides use a sequentially consistent fence.
 #pragma once
 
 #include <atomic>
@@ -18,12 +18,17 @@
 namespace pmhash::common {
 
 namespace detail {
-bool asymmetric_fences();  // membarrier registered for this process (decided once)
-inline const bool kAsymmetric = asymmetric_fences();
+// Set by enable_asymmetric_fences() once membarrier is registered. A light_fence() that
+// reads false uses the full fence, which pairs with either kind of heavy_fence().
+inline std::atomic<bool> asymmetric{false};
 }  // namespace detail
 
+// Registers this process for membarrier (once; later calls return the first answer). Call
+// before the frequent side runs (OpGate's constructor); nothing happens at library load.
+bool enable_asymmetric_fences();
+
 inline void light_fence() {
-  if (detail::kAsymmetric)
+  if (detail::asymmetric.load(std::memory_order_relaxed))
     std::atomic_signal_fence(std::memory_order_seq_cst);
   else
     std::atomic_thread_fence(std::memory_order_seq_cst);

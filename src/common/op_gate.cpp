@@ -19,7 +19,9 @@ thread_local const OpGate* tls_inside[kNesting];
 thread_local int tls_depth = 0;
 }  // namespace
 
-OpGate::OpGate() : counters_(new Counter[kThreads]) {}
+OpGate::OpGate() : counters_(new Counter[kThreads]) {
+  enable_asymmetric_fences();
+}
 
 bool OpGate::inside_a_call() const {
   for (int i = 0; i < tls_depth && i < kNesting; ++i)

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "pm/threads.hpp"
+
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
 // liburcu is not instrumented: tell ThreadSanitizer that a reader's section ends before a
@@ -38,7 +40,10 @@ struct ReaderRegistration {
   }
   void registered_by_liburcu() { registered = true; }
 };
-thread_local ReaderRegistration registration;
+// Unregistered after the application's thread_local destructors, which may still call in.
+ReaderRegistration& registration() {
+  return LateThreadLocal<ReaderRegistration>::get();
+}
 
 // A forked child has no call_rcu thread until liburcu is told (tests fork writers).
 std::once_flag atfork_once;
@@ -100,7 +105,7 @@ struct Epochs::Shared {
 namespace {
 void run_retired(rcu_head* head) {
   Retired* r = reinterpret_cast<Retired*>(head);
-  registration.registered_by_liburcu();  // we run on liburcu's call_rcu thread
+  registration().registered_by_liburcu();  // we run on liburcu's call_rcu thread
   PMHASH_TSAN_ACQUIRE(&tsan_sync);
   if (std::function<void()> fn = r->owner->take(r)) {
     fn();
@@ -119,7 +124,7 @@ Epochs::~Epochs() {
 }
 
 Epochs::Guard::Guard(Epochs& e) : e_(e) {
-  registration.ensure();
+  registration().ensure();
   urcu_memb_read_lock();
 }
 
@@ -141,7 +146,7 @@ void Epochs::retire(std::function<void()> fn) {
     shared_->retired.push_back(r);
     backlog = shared_->retired.size();
   }
-  registration.ensure();  // call_rcu wants a registered caller
+  registration().ensure();  // call_rcu wants a registered caller
   PMHASH_TSAN_RELEASE(&tsan_sync);
   urcu_memb_call_rcu(&r->head, run_retired);
   // Bounded: a writer that retires faster than liburcu's one thread frees (updates of
@@ -152,7 +157,7 @@ void Epochs::retire(std::function<void()> fn) {
 
 bool Epochs::reclaim_now() {
   // Inside a read-side section a grace period would wait for this very thread.
-  if (registration.registered && urcu_memb_read_ongoing()) return false;
+  if (registration().registered && urcu_memb_read_ongoing()) return false;
   std::vector<std::function<void()>> fns = shared_->take_all();
   if (fns.empty()) return false;
   urcu_memb_synchronize_rcu();  // everything taken was retired before this grace period
@@ -166,7 +171,7 @@ void Epochs::settle() {
   // Inside a read-side section the debt stays for the next settle() outside it (dropping it
   // here left a backlog that liburcu had shrunk below the bound unreclaimed: the test
   // SettleFreesABacklogPastTheBound failed under ASan with 857 pending).
-  if (registration.registered && urcu_memb_read_ongoing()) return;
+  if (registration().registered && urcu_memb_read_ongoing()) return;
   reclaim_owed = nullptr;
   reclaim_now();
 }

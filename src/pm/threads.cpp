@@ -14,7 +14,10 @@ struct Entry {
   std::weak_ptr<ThreadRegistry> registry;
 };
 
-// The calling thread's registrations; returns its ids when the thread exits.
+// The calling thread's registrations; returns its ids when the thread exits, after the
+// application's thread_local destructors (LateThreadLocal): an id is never handed to a new
+// thread while its old thread can still make a call with it (the OpGate's counter and
+// HDNH's partner slot of an id have one writer).
 struct ThreadCache {
   std::vector<Entry> entries;
   uint64_t last_uid = 0;
@@ -24,7 +27,6 @@ struct ThreadCache {
       if (auto r = e.registry.lock()) r->release(e.id);
   }
 };
-thread_local ThreadCache cache;
 
 }  // namespace
 
@@ -40,6 +42,7 @@ unsigned ThreadRegistry::id() {
 }
 
 unsigned ThreadRegistry::try_id() {
+  ThreadCache& cache = LateThreadLocal<ThreadCache>::get();
   if (cache.last_uid == uid_) return cache.last_id;
   for (auto& e : cache.entries) {
     if (e.uid == uid_) {

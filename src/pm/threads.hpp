@@ -4,13 +4,49 @@
 // beyond the calling thread's small cache.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <vector>
 
 namespace pmhash::pm {
+
+// Per-thread state that must outlive the application's own thread_local objects, so that a
+// call made from one of their destructors (a per-thread buffer flushed into the index at
+// thread exit) still finds its thread id and its liburcu registration. A C++ thread_local
+// may be destroyed before them (destruction runs in reverse order of construction); a
+// pthread key's destructor runs after every C++ thread_local destructor of the thread
+// (glibc), and a use after that builds the state again, destroyed in the key's next round.
+// The main thread's is never destroyed (exit() runs no key destructors).
+template <class T>
+class LateThreadLocal {
+ public:
+  static T& get() {
+    if (ptr_ == nullptr) [[unlikely]]
+      make();
+    return *ptr_;
+  }
+
+ private:
+  static void make() {
+    static const pthread_key_t key = [] {
+      pthread_key_t k;
+      if (pthread_key_create(&k, &destroy) != 0) std::abort();
+      return k;
+    }();
+    ptr_ = new T();
+    pthread_setspecific(key, ptr_);
+  }
+  static void destroy(void* p) {
+    ptr_ = nullptr;
+    delete static_cast<T*>(p);
+  }
+  static inline thread_local T* ptr_ = nullptr;
+};
 
 class ThreadRegistry : public std::enable_shared_from_this<ThreadRegistry> {
  public:

@@ -347,8 +347,22 @@ Status LineHT::update_at(const Shard& v, const Hashed& k, Place at, std::string_
   return Status::Ok();
 }
 
+// Before a writer takes the shard's lock: the home PM line and its filter word, fetched for
+// writing, so that their misses overlap the lock's (and the previous call's) instead of
+// following each other under the lock. The shard word may be stale (a resize, or not yet
+// built): then the prefetch is wasted, never wrong.
+void LineHT::prefetch_home(const Hashed& k) const {
+  uint64_t w = words_[k.shard].load(std::memory_order_relaxed);
+  if (!prefetch_ || w == 0) return;
+  Shard v = shard_of(w);
+  uint64_t hm = home(k.h, v.n);
+  __builtin_prefetch(&v.b0[hm], 1);
+  __builtin_prefetch(&v.f[hm], 1);
+}
+
 Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
+  prefetch_home(k);
   Locked lock(locks_[k.shard]);
   for (;;) {
     Shard v = locked_view(k.shard);
@@ -369,6 +383,7 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
 // filter forgets the slot (the reach stays: it only shrinks when the shard is rebuilt).
 Status LineHT::remove(std::string_view key) {
   Hashed k = hashed(key);
+  prefetch_home(k);
   Locked lock(locks_[k.shard]);
   Shard v = locked_view(k.shard);
   Place at = find_locked(v, k, key);

@@ -127,6 +127,7 @@ class LineHT final : public Scheme {
   Shard locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
   uint64_t current(uint64_t shard) const;
   void build_filter(const Shard& v) const;
+  void prefetch_home(const Hashed& k) const;
   Status get_unfiltered(const Shard& v, const Hashed& k, std::string_view key, std::string* value);
   Place find_locked(const Shard& v, const Hashed& k, std::string_view key) const;
   Place free_slot(const Shard& v, uint64_t home) const;
