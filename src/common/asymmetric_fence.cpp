@@ -44,8 +44,8 @@ bool enable_asymmetric_fences() {
 }
 
 void heavy_fence() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // this thread's own side
-  if (!enable_asymmetric_fences()) return;              // every light_fence() is a full fence
+  full_fence();                             // this thread's own side
+  if (!enable_asymmetric_fences()) return;  // every light_fence() is a full fence
   if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
   // The registration is the process's and survives fork; should it be lost, register
   // again; the global command needs none (slower: it waits for every CPU to schedule).

@@ -71,7 +71,7 @@ bool OpGate::enter(unsigned tid, bool exclusive) {
     add(c, -1, std::memory_order_release);
     state_.wait(st, std::memory_order_seq_cst);
     add(c, 1, std::memory_order_relaxed);  // counted in c before leaving waiting_
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    full_fence();
     if (waiting_.fetch_sub(1, std::memory_order_seq_cst) == 1) waiting_.notify_all();
   }
   add(c, -1, std::memory_order_release);
