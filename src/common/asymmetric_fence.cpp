@@ -19,7 +19,8 @@ long membarrier(int cmd) {
 // The last resort, should membarrier be refused after it was registered (a seccomp filter
 // installed later): taking write access away from a page this thread has written makes
 // the kernel interrupt every CPU that may cache its mapping (a TLB shootdown), which
-// executes a full barrier there — the fallback folly's asymmetric barrier uses.
+// executes a full barrier there — the fallback folly's asymmetric barrier uses. x86 with
+// interrupt-based TLB flushes only (not arm64's or INVLPGB's broadcast flushes).
 void shootdown_fence() {
   static std::mutex mu;
   static char* page = [] {

@@ -21,7 +21,9 @@ namespace pmhash::pm {
 // may be destroyed before them (destruction runs in reverse order of construction); a
 // pthread key's destructor runs after every C++ thread_local destructor of the thread
 // (glibc), and a use after that builds the state again, destroyed in the key's next round.
-// The main thread's is never destroyed (exit() runs no key destructors).
+// The main thread's is never destroyed (exit() runs no key destructors). glibc only; and a
+// call made in the key destructors' last round (PTHREAD_DESTRUCTOR_ITERATIONS) rebuilds state
+// that is then never destroyed: its id leaks and its liburcu registration outlives the thread.
 template <class T>
 class LateThreadLocal {
  public:
