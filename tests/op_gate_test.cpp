@@ -97,8 +97,10 @@ TEST(OpGate, OneExclusiveAtATime) {
 // The fast path (a plain store, a compiler barrier, a load) against shut() and Exclusive
 // (a store, membarrier, loads): callers pass the gate in a tight loop, more of them than
 // cores, while another thread holds an Exclusive or shuts the gate; no call may be inside
-// while the Exclusive holds, nor once shut() has returned. Many rounds: a missing fence on
-// either side shows as an occasional call inside.
+// while the Exclusive holds, nor once shut() has returned. It fails when the rare side does
+// not wait for the counters; a missing fence leaves a window too short for it to catch on
+// x86 (tried: no failure in 200,000 Exclusives), so that half rests on the argument in
+// common/asymmetric_fence.hpp.
 TEST(OpGate, NoCallIsInsideDuringAnExclusiveOrAfterShut) {
   for (int round = 0; round < 40; ++round) {
     OpGate g;
