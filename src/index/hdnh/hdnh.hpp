@@ -25,6 +25,7 @@
 #include "index/hdnh/hot_table.hpp"
 #include "index/hdnh/nv_table.hpp"
 #include "index/hdnh/ocf.hpp"
+#include "index/hdnh/recovery_lists.hpp"
 #include "index/scheme.hpp"
 
 namespace pmhash::hdnh {
@@ -69,12 +70,6 @@ class Hdnh final : public Scheme {
     unsigned recovery_threads = 0;
   };
   // The run-time parameters (Options::params), each checked against its range.
-  // A record found by the recovery traversal, for the hot table.
-  struct HotRecord {
-    uint64_t h1, kw, vw;
-  };
-  // One recovery thread's records per hot-bucket partition.
-  using Deferred = std::vector<std::vector<HotRecord>>;
   static Status parse_config(const common::Params& runtime, Config* cfg);
   Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
   ~Hdnh() override;
@@ -242,20 +237,21 @@ class Hdnh final : public Scheme {
     static constexpr uint64_t kAhead = 16;
     uint64_t lo, hi;
     unsigned parts;
-    Deferred* found;
+    RecordLists* found;
     uint64_t seen = 0;  // records for [lo, hi) so far
     HotRecord ahead[kAhead];
   };
   void rebuild_dram();
   unsigned recovery_parts(const LevelSet& set, unsigned nt) const;
   unsigned hot_partition(const LevelSet& set, const Hashed& k, unsigned parts) const;
-  void reserve_deferred(const LevelSet& set, unsigned nt, Deferred* found) const;
-  int64_t rebuild_partition(const LevelSet& set, unsigned q, unsigned parts, Deferred* found);
+  uint64_t thread_slots(const LevelSet& set, unsigned t, unsigned k, unsigned parts) const;
+  int64_t rebuild_partition(const LevelSet& set, unsigned q, unsigned parts, RecordLists* found);
   int rebuild_bucket(const LevelSet& set, Level& l, uint64_t b, Window& w);
   void place_ahead(const LevelSet& set, Window& w, const HotRecord& r);
   void place_rest(const LevelSet& set, Window& w);
   void prefetch_hot(const LevelSet& set, uint64_t h1) const;
-  void fill_hot_partition(const LevelSet& set, const std::vector<Deferred>& found, unsigned p,
+  void fill_hot_partition(const LevelSet& set,
+                          const std::vector<std::unique_ptr<RecordLists>>& found, unsigned p,
                           unsigned k);
   void prefault_window(const LevelSet& set, unsigned q, unsigned parts) const;
   void hot_place(const LevelSet& set, const HotRecord& r);

@@ -74,9 +74,9 @@ void on_threads(unsigned n, Fn fn) {
   for (auto& t : ts) t.join();
 }
 
-// Records between the two recovery passes: found[t][q] holds what thread t found for
+// Records between the two recovery passes: found[t]'s list q holds what thread t found for
 // hot-bucket partition q and could not place during its traversal.
-using Found = std::vector<Hdnh::Deferred>;
+using Found = std::vector<std::unique_ptr<RecordLists>>;
 
 // Bytes of hot buckets (all levels) per partition: the fill of one partition writes a
 // window of the hot table this small, so its lines and page translations stay in the
@@ -98,13 +98,13 @@ void Hdnh::rebuild_dram() {
   const unsigned nt = cfg_.recovery_threads;
   const bool hot = cfg_.replacement != Replacement::kOff;
   const unsigned parts = recovery_parts(set, nt), k = parts / nt;
-  Found found(nt, std::vector<std::vector<HotRecord>>(hot ? parts : 0));
+  Found found(nt);
   std::vector<int64_t> items(nt);
   on_threads(nt, [&](unsigned t) {
     pm::Epochs::Guard guard(epochs_, threads_.id());
-    if (hot) reserve_deferred(set, nt, &found[t]);
+    if (hot) found[t] = std::make_unique<RecordLists>(parts, thread_slots(set, t, k, parts));
     for (unsigned q = t * k; q < (t + 1) * k; ++q)
-      items[t] += rebuild_partition(set, q, parts, hot ? &found[t] : nullptr);
+      items[t] += rebuild_partition(set, q, parts, found[t].get());
   });
   auto t0 = std::chrono::steady_clock::now();
   if (hot) on_threads(nt, [&](unsigned p) { fill_hot_partition(set, found, p, k); });
@@ -150,12 +150,15 @@ unsigned Hdnh::test_recovery_parts(unsigned nt) const {
 }
 #endif
 
-// Room in a thread's lists for every record it may defer: only the pages written are
-// touched.
-void Hdnh::reserve_deferred(const LevelSet& set, unsigned nt, Deferred* found) const {
+// The slots thread t's traversal reads (partitions [t k, (t+1) k), rebuild_partition): a
+// bound on the records it lists.
+uint64_t Hdnh::thread_slots(const LevelSet& set, unsigned t, unsigned k, unsigned parts) const {
+  const uint64_t segs = set.lv[1]->segments;
+  const uint64_t s0 = (segs * t * k + parts - 1) / parts;
+  const uint64_t s1 = (segs * (t + 1) * k + parts - 1) / parts;
   uint64_t slots = 0;
-  for (int i = 0; i < set.n; ++i) slots += set.lv[i]->nbuckets * kSlots / nt;
-  for (auto& f : *found) f.reserve(slots / found->size() + 16);
+  for (int i = 0; i < set.n; ++i) slots += set.lv[i]->segments / segs * (s1 - s0) * m_ * kSlots;
+  return slots;
 }
 
 // Partition q's share of the traversal: the bottom level's segments whose first bucket is in
@@ -163,7 +166,8 @@ void Hdnh::reserve_deferred(const LevelSet& set, unsigned nt, Deferred* found) c
 // over them (f s .. f s + f - 1 with f times the segments). Writes their OCF entries; with
 // the hot table on, q's window is faulted in first and each record goes into it now if its
 // hot bucket is in q, else into the list of its partition.
-int64_t Hdnh::rebuild_partition(const LevelSet& set, unsigned q, unsigned parts, Deferred* found) {
+int64_t Hdnh::rebuild_partition(const LevelSet& set, unsigned q, unsigned parts,
+                                RecordLists* found) {
   constexpr uint64_t kBucketsAhead = 8;  // table buckets prefetched ahead of the scan
   const Level& bottom = *set.lv[1];
   const uint64_t segs = bottom.segments;
@@ -207,11 +211,7 @@ int Hdnh::rebuild_bucket(const LevelSet& set, Level& l, uint64_t b, Window& w) {
     if (hb >= w.lo && hb < w.hi) {  // its partition (hot_partition) is q
       place_ahead(set, w, r);
     } else {
-      std::vector<HotRecord>& list = (*w.found)[hb * w.parts / set.lv[1]->nbuckets];
-      list.push_back(r);
-      // The list's next line, for its next record (hundreds of records later): no RFO miss
-      // in the store then.
-      __builtin_prefetch(list.data() + list.size() + 2, 1);
+      w.found->push(static_cast<unsigned>(hb * w.parts / set.lv[1]->nbuckets), r);
     }
   }
   return std::popcount(bitmap);
@@ -246,19 +246,15 @@ void Hdnh::prefetch_hot(const LevelSet& set, uint64_t h1) const {
 }
 
 // Thread p's partitions of the hot table, one window at a time: the records the traversal
-// (every thread's) kept for them. No other thread writes these buckets, and none reads them
-// yet.
+// (every thread's) listed for them, each placed kAhead records after its hot buckets were
+// prefetched. No other thread writes these buckets, and none reads them yet.
 void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned p, unsigned k) {
-  constexpr size_t kAhead = Window::kAhead;  // records whose hot buckets are prefetched
   pm::Epochs::Guard guard(epochs_, threads_.id());
+  Window w{};
   for (unsigned q = p * k; q < (p + 1) * k; ++q) {
-    for (const auto& per_thread : found) {
-      const std::vector<HotRecord>& recs = per_thread[q];
-      for (size_t i = 0; i < recs.size(); ++i) {
-        if (i + kAhead < recs.size()) prefetch_hot(set, recs[i + kAhead].h1);
-        hot_place(set, recs[i]);
-      }
-    }
+    for (const auto& lists : found)
+      lists->for_each(q, [&](const HotRecord& r) { place_ahead(set, w, r); });
+    place_rest(set, w);
   }
 }
 

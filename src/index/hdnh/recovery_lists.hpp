@@ -1,0 +1,88 @@
+// Recovery's lists between its two passes (§3.7, recovery.cpp): the records one recovery
+// thread found for hot-table partitions other than the one it was traversing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "index/hdnh/hot_table.hpp"
+
+namespace pmhash::hdnh {
+
+// A record found by the recovery traversal, for the hot table.
+struct HotRecord {
+  uint64_t h1, kw, vw;
+};
+
+// One list per partition, each a chain of 4 KiB chunks cut in order from one arena on
+// transparent huge pages. (A std::vector per partition took a 4 KiB page fault, with its
+// zeroing, every 170 records: a sixth of the recovery.) The arena is sized for every
+// record the thread can find, so a push never allocates.
+//
+//   chunk (4096 bytes): next chunk (8) | unused (8) | 170 records of 24 bytes
+class RecordLists {
+ public:
+  struct Chunk {
+    static constexpr uint32_t kRecords = (4096 - 16) / sizeof(HotRecord);
+    Chunk* next;
+    uint64_t unused;
+    HotRecord r[kRecords];
+  };
+  static_assert(sizeof(Chunk) == 4096);
+
+  // Room for `records` records in `parts` lists (address space: only the pages written are
+  // faulted in).
+  RecordLists(unsigned parts, uint64_t records)
+      : tail_(parts),
+        bytes_((records / Chunk::kRecords + parts + 1) * sizeof(Chunk)),
+        arena_(static_cast<char*>(hot::zeroed_pages(bytes_))) {}
+  ~RecordLists() { hot::free_pages(arena_, bytes_); }
+  RecordLists(const RecordLists&) = delete;
+  RecordLists& operator=(const RecordLists&) = delete;
+
+  void push(unsigned q, const HotRecord& r) {
+    Tail& t = tail_[q];
+    if (t.chunk == nullptr || t.n == Chunk::kRecords) start_chunk(t);
+    t.chunk->r[t.n++] = r;
+    // The list's next line, for its next record (hundreds of records later): no
+    // read-for-ownership stall in that store.
+    __builtin_prefetch(&t.chunk->r[t.n + 2], 1);
+  }
+
+  // fn(record) for list q's records, in the order pushed.
+  template <class Fn>
+  void for_each(unsigned q, Fn fn) const {
+    const Tail& t = tail_[q];
+    for (const Chunk* c = t.head; c != nullptr; c = c->next) {
+      const uint32_t n = c == t.chunk ? t.n : Chunk::kRecords;
+      for (uint32_t i = 0; i < n; ++i) fn(c->r[i]);
+    }
+  }
+
+ private:
+  struct Tail {
+    Chunk* head = nullptr;
+    Chunk* chunk = nullptr;  // the last chunk, with n records
+    uint32_t n = 0;
+  };
+  // A list's chunks hold all but its last chunk's free records, so the chunks started
+  // never exceed records / kRecords + parts: the arena's size.
+  void start_chunk(Tail& t) {
+    Chunk* c = reinterpret_cast<Chunk*>(arena_ + used_);
+    used_ += sizeof(Chunk);
+    c->next = nullptr;
+    if (t.chunk != nullptr)
+      t.chunk->next = c;
+    else
+      t.head = c;
+    t.chunk = c;
+    t.n = 0;
+  }
+
+  std::vector<Tail> tail_;
+  uint64_t bytes_;
+  char* arena_;
+  uint64_t used_ = 0;
+};
+
+}  // namespace pmhash::hdnh
