@@ -43,6 +43,45 @@ TEST(HdnhOcf, EntryEncoding) {
 // §3.3, Fig. 5: a hot bucket keeps every slot's metadata and key word in its first cache
 // line and each slot's payload within one further line, so a probe reads one line on a miss
 // and two on a hit (the parallel arrays before: meta, keys, values, three on a hit).
+// Recovery's lists (recovery_lists.hpp): sized for `records` records in `parts` lists, they
+// hold exactly that many in any split among the lists — every list ending in a partly
+// filled chunk, or all records in one list — and give each list back in push order. The
+// worst case fills the arena's bound but its spare chunk: a bound without room for one
+// partial chunk per list fails here.
+TEST(HdnhRecoveryLists, HoldTheirBoundInAnySplitAndKeepPushOrder) {
+  using hdnh::HotRecord;
+  using hdnh::RecordLists;
+  constexpr unsigned kParts = 7;
+  constexpr uint64_t kChunk = RecordLists::Chunk::kRecords;
+  constexpr uint64_t kRecords = 5 * kChunk + kParts;
+  // Round robin; all in list 3; the worst case: five full chunks and one record in list 0,
+  // one record in each other list (every list ends in a chunk with one record: 12 chunks).
+  for (int split : {0, 1, 2}) {
+    RecordLists lists(kParts, kRecords);
+    std::vector<std::vector<uint64_t>> want(kParts);
+    for (uint64_t i = 0; i < kRecords; ++i) {
+      unsigned q = split == 0   ? unsigned(i % kParts)
+                   : split == 1 ? 3u
+                                : unsigned(i <= 5 * kChunk ? 0 : i - 5 * kChunk);
+      lists.push(q, HotRecord{i, ~i, i * 3});
+      want[q].push_back(i);
+    }
+    for (unsigned q = 0; q < kParts; ++q) {
+      std::vector<uint64_t> got;
+      lists.for_each(q, [&](const HotRecord& r) {
+        EXPECT_EQ(r.kw, ~r.h1);
+        EXPECT_EQ(r.vw, r.h1 * 3);
+        got.push_back(r.h1);
+      });
+      EXPECT_EQ(got, want[q]) << "split " << split << " list " << q;
+    }
+    EXPECT_LE(lists.chunks_used(), lists.chunks_room()) << "split " << split;
+    if (split == 2) {
+      EXPECT_EQ(lists.chunks_used(), 12u);
+    }
+  }
+}
+
 TEST(HdnhHotBucket, OneLineOnAMissTwoOnAHit) {
   alignas(64) static char buf[4 * 256];
   for (bool variable : {false, true})

@@ -49,6 +49,9 @@ class RecordLists {
     __builtin_prefetch(&t.chunk->r[t.n + 2], 1);
   }
 
+  uint64_t chunks_used() const { return used_ / sizeof(Chunk); }
+  uint64_t chunks_room() const { return bytes_ / sizeof(Chunk); }
+
   // fn(record) for list q's records, in the order pushed.
   template <class Fn>
   void for_each(unsigned q, Fn fn) const {
