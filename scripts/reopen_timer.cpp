@@ -17,11 +17,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <pmhash/index.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <pmhash/index.hpp>
 
 int main(int argc, char** argv) {
   if (argc < 4) {
@@ -38,7 +37,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<pmhash::Index> index;
   auto t0 = std::chrono::steady_clock::now();
   pmhash::Status s = pmhash::Index::open(argv[1], o, &index);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!s.ok()) {
     std::fprintf(stderr, "open: %s\n", s.to_string().c_str());
     return 1;
@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       threads.emplace_back([&, t] {
         for (uint64_t i = t; i < keys; i += 2) {
           uint64_t k = i * 0x9E3779B97F4A7C15ull + 1;
-          if (!index->insert({reinterpret_cast<char*>(&k), 8}, {reinterpret_cast<char*>(&i), 8}).ok())
+          if (!index->insert({reinterpret_cast<char*>(&k), 8}, {reinterpret_cast<char*>(&i), 8})
+                   .ok())
             std::abort();
         }
       });
