@@ -40,24 +40,22 @@ TEST(HdnhOcf, EntryEncoding) {
   EXPECT_EQ(w, 0);
 }
 
-// §3.3, Fig. 5: a hot bucket keeps every slot's metadata and key word in its first cache
-// line and each slot's payload within one further line, so a probe reads one line on a miss
-// and two on a hit (the parallel arrays before: meta, keys, values, three on a hit).
 // Recovery's lists (recovery_lists.hpp): sized for `records` records in `parts` lists, they
-// hold exactly that many in any split among the lists — every list ending in a partly
-// filled chunk, or all records in one list — and give each list back in push order. The
-// worst case fills the arena's bound but its spare chunk: a bound without room for one
-// partial chunk per list fails here.
+// hold that many in any split among the lists — round robin, all in one list, and the worst
+// case, every list ending in a chunk with one record — and give each list back in push
+// order. The worst case needs exactly the arena's room: checked before the pushes, so a
+// bound one chunk short fails here instead of writing past the arena.
 TEST(HdnhRecoveryLists, HoldTheirBoundInAnySplitAndKeepPushOrder) {
   using hdnh::HotRecord;
   using hdnh::RecordLists;
   constexpr unsigned kParts = 7;
   constexpr uint64_t kChunk = RecordLists::Chunk::kRecords;
   constexpr uint64_t kRecords = 5 * kChunk + kParts;
-  // Round robin; all in list 3; the worst case: five full chunks and one record in list 0,
-  // one record in each other list (every list ends in a chunk with one record: 12 chunks).
+  // Worst: five full chunks and one record in list 0, one record in each other list.
+  constexpr uint64_t kWorstChunks = 6 + (kParts - 1);
   for (int split : {0, 1, 2}) {
     RecordLists lists(kParts, kRecords);
+    ASSERT_EQ(lists.chunks_room(), kWorstChunks);
     std::vector<std::vector<uint64_t>> want(kParts);
     for (uint64_t i = 0; i < kRecords; ++i) {
       unsigned q = split == 0   ? unsigned(i % kParts)
@@ -75,13 +73,15 @@ TEST(HdnhRecoveryLists, HoldTheirBoundInAnySplitAndKeepPushOrder) {
       });
       EXPECT_EQ(got, want[q]) << "split " << split << " list " << q;
     }
-    EXPECT_LE(lists.chunks_used(), lists.chunks_room()) << "split " << split;
     if (split == 2) {
-      EXPECT_EQ(lists.chunks_used(), 12u);
+      EXPECT_EQ(lists.chunks_used(), kWorstChunks);
     }
   }
 }
 
+// §3.3, Fig. 5: a hot bucket keeps every slot's metadata and key word in its first cache
+// line and each slot's payload within one further line, so a probe reads one line on a miss
+// and two on a hit (the parallel arrays before: meta, keys, values, three on a hit).
 TEST(HdnhHotBucket, OneLineOnAMissTwoOnAHit) {
   alignas(64) static char buf[4 * 256];
   for (bool variable : {false, true})

@@ -2,7 +2,9 @@
 // thread found for hot-table partitions other than the one it was traversing.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "index/hdnh/hot_table.hpp"
@@ -30,11 +32,15 @@ class RecordLists {
   };
   static_assert(sizeof(Chunk) == 4096);
 
-  // Room for `records` records in `parts` lists (address space: only the pages written are
-  // faulted in).
+  // Room for `records` records in `parts` lists, in any split (address space: only the
+  // pages written are faulted in). Every chunk of a list but its last is full, so a split
+  // n_0 .. n_(parts-1) takes sum ceil(n_q / kRecords) <= records / kRecords + parts chunks.
+  static uint64_t chunks_for(unsigned parts, uint64_t records) {
+    return records / Chunk::kRecords + parts;
+  }
   RecordLists(unsigned parts, uint64_t records)
       : tail_(parts),
-        bytes_((records / Chunk::kRecords + parts + 1) * sizeof(Chunk)),
+        bytes_(chunks_for(parts, records) * sizeof(Chunk)),
         arena_(static_cast<char*>(hot::zeroed_pages(bytes_))) {}
   ~RecordLists() { hot::free_pages(arena_, bytes_); }
   RecordLists(const RecordLists&) = delete;
@@ -45,8 +51,11 @@ class RecordLists {
     if (t.chunk == nullptr || t.n == Chunk::kRecords) start_chunk(t);
     t.chunk->r[t.n++] = r;
     // The list's next line, for its next record (hundreds of records later): no
-    // read-for-ownership stall in that store.
-    __builtin_prefetch(&t.chunk->r[t.n + 2], 1);
+    // read-for-ownership stall in that store. (An address past the chunk, or the arena, is
+    // harmless to a prefetch.)
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(t.chunk->r + t.n) +
+                                                     2 * sizeof(HotRecord)),
+                       1);
   }
 
   uint64_t chunks_used() const { return used_ / sizeof(Chunk); }
@@ -68,10 +77,10 @@ class RecordLists {
     Chunk* chunk = nullptr;  // the last chunk, with n records
     uint32_t n = 0;
   };
-  // A list's chunks hold all but its last chunk's free records, so the chunks started
-  // never exceed records / kRecords + parts: the arena's size.
+  // Never past the arena: see chunks_for.
   void start_chunk(Tail& t) {
-    Chunk* c = reinterpret_cast<Chunk*>(arena_ + used_);
+    assert(used_ + sizeof(Chunk) <= bytes_);
+    Chunk* c = ::new (arena_ + used_) Chunk;
     used_ += sizeof(Chunk);
     c->next = nullptr;
     if (t.chunk != nullptr)
