@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <functional>
@@ -84,66 +83,33 @@ TEST(HdnhRecoveryLists, HoldTheirBoundInAnySplitAndKeepPushOrder) {
 // line and each slot's payload within one further line, so a probe reads one line on a miss
 // and two on a hit (the parallel arrays before: meta, keys, values, three on a hit).
 TEST(HdnhHotBucket, OneLineOnAMissTwoOnAHit) {
-  alignas(64) static char buf[16 * 256];
+  alignas(64) static char buf[4 * 256];
   for (bool variable : {false, true})
     for (int slots = 1; slots <= 8; ++slots) {
       hdnh::hot::Table t;
       t.base = buf;
       t.s = hdnh::hot::shape(slots, variable);
       SCOPED_TRACE(std::to_string(slots) + (variable ? " slots, variable" : " slots, fixed"));
-      EXPECT_EQ(t.s.group_bytes % 64, 0u);
+      EXPECT_EQ(t.s.stride % 64, 0u);
+      const uint64_t b = 2;
       auto line = [&](const void* p) { return (static_cast<const char*>(p) - buf) / 64; };
-      for (uint64_t b : {2u, 3u}) {
-        const uint64_t first = line(t.line0(b));
-        for (int e = 0; e < slots; ++e) {
-          if (slots <= (variable ? 4 : 6)) {  // meta, key words (and lens) in one line
-            EXPECT_EQ(t.s.head, 64u);
-            EXPECT_EQ(line(&t.meta(b, e)), first);
-            EXPECT_EQ(line(&t.key(b, e)), first);
-          }
-          const auto* pay = t.payload(b, e);
-          EXPECT_GT(line(pay), first);  // not in the head
-          EXPECT_EQ(line(pay), line(reinterpret_cast<const char*>(pay) + 8 * t.s.payload_words - 1))
-              << "payload " << e << " straddles two lines";
+      const uint64_t first = line(t.line0(b));
+      for (int e = 0; e < slots; ++e) {
+        if (slots <= (variable ? 4 : 6)) {  // meta, key words (and lens) in one line
+          EXPECT_EQ(t.s.head, 64u);
+          EXPECT_EQ(line(&t.meta(b, e)), first);
+          EXPECT_EQ(line(&t.key(b, e)), first);
         }
+        const auto* pay = t.payload(b, e);
+        EXPECT_GT(line(pay), first);  // not in the head
+        EXPECT_EQ(line(pay), line(reinterpret_cast<const char*>(pay) + 8 * t.s.payload_words - 1))
+            << "payload " << e << " straddles two lines";
+        EXPECT_LT(static_cast<uint64_t>(reinterpret_cast<const char*>(pay) - t.line0(b)),
+                  t.s.stride);
       }
     }
-  // Fixed, 4 slots (the default): a pair of buckets in three lines, the two payloads sharing
-  // the third. Variable, 4 slots: three lines per bucket, a probe reads two of them.
-  EXPECT_EQ(hdnh::hot::shape(4, false).bytes(2), 192u);
-  EXPECT_EQ(hdnh::hot::shape(4, true).bytes(2), 384u);
-}
-
-// The hot buckets' fields never overlap, in any shape and across groups, and stay within
-// the bytes the table is allocated with (Shape::bytes). A group of two that gave both
-// buckets one payload offset, or a payload line shared past 32 bytes, fails.
-TEST(HdnhHotBucket, FieldsOfDifferentSlotsAndBucketsNeverOverlap) {
-  alignas(64) static char buf[16 * 1024];
-  for (bool variable : {false, true})
-    for (int slots = 1; slots <= 8; ++slots) {
-      hdnh::hot::Table t;
-      t.base = buf;
-      t.s = hdnh::hot::shape(slots, variable);
-      SCOPED_TRACE(std::to_string(slots) + (variable ? " slots, variable" : " slots, fixed"));
-      constexpr uint64_t kBuckets = 5;  // an odd count: the last group half used
-      ASSERT_LE(t.s.bytes(kBuckets), sizeof buf);
-      std::vector<std::pair<uint64_t, uint64_t>> fields;  // [from, to) in buf
-      auto add = [&](const void* p, uint64_t n) {
-        uint64_t from = uint64_t(static_cast<const char*>(p) - buf);
-        fields.emplace_back(from, from + n);
-      };
-      for (uint64_t b = 0; b < kBuckets; ++b)
-        for (int e = 0; e < slots; ++e) {
-          add(&t.meta(b, e), 2);
-          add(&t.key(b, e), 8);
-          if (variable) add(&t.lens(b, e), 2);
-          add(t.payload(b, e), 8 * t.s.payload_words);
-        }
-      std::sort(fields.begin(), fields.end());
-      for (size_t i = 1; i < fields.size(); ++i)
-        EXPECT_LE(fields[i - 1].second, fields[i].first) << "fields overlap at " << fields[i].first;
-      EXPECT_LE(fields.back().second, t.s.bytes(kBuckets));
-    }
+  EXPECT_EQ(hdnh::hot::shape(4, false).stride, 128u);  // the default: two lines
+  EXPECT_EQ(hdnh::hot::shape(4, true).stride, 192u);   // three, a probe reads two of them
 }
 
 class HdnhTest : public ::testing::TestWithParam<Format> {
@@ -459,7 +425,7 @@ TEST_P(HdnhTest, HotBucketsHoldSmallItemsInlineAndDramIsTheBuckets) {
   ASSERT_TRUE(Index::open(p.path, options({{"segments", "4"}}), &idx).ok());
   Scheme& sc = *idx->impl()->scheme;
   const uint64_t nb = sc.capacity_slots() / hdnh::kSlots;
-  const uint64_t hot_bytes = hdnh::hot::shape(4, !fixed()).bytes(nb);
+  const uint64_t stride = hdnh::hot::shape(4, !fixed()).stride;
   auto k = [&](int i) {
     if (fixed()) return key(i);
     char b[16];
@@ -472,7 +438,7 @@ TEST_P(HdnhTest, HotBucketsHoldSmallItemsInlineAndDramIsTheBuckets) {
   for (int i = 0; i < 200; ++i) ASSERT_TRUE(idx->get(k(i), &got).ok() && got == v(i));
   EXPECT_EQ(counters(*idx)["hot_items"], 200);
   EXPECT_EQ(counters(*idx)["hot_hit_ratio"], 1);
-  const uint64_t buckets_only = 4096 * 4 + nb * (hdnh::kSlots * 2 + 4) + hot_bytes;
+  const uint64_t buckets_only = 4096 * 4 + nb * (hdnh::kSlots * 2 + 4) + nb * stride;
   EXPECT_EQ(sc.dram_bytes(), buckets_only);  // stripes, OCF and change counts, hot buckets
   if (fixed()) return;
   const std::string long_key(16, 'L'), long_value(17, 'V');  // 33 B: out of line

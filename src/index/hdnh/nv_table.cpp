@@ -82,7 +82,7 @@ Level* Hdnh::make_level(uint64_t off, uint64_t segments) {
       static_cast<std::atomic<uint32_t>*>(hot::zeroed_pages(l->nbuckets * sizeof(uint32_t)));
   if (cfg_.replacement != Replacement::kOff) {
     l->hot.s = hot::shape(cfg_.hot_slots, items_.variable());
-    l->hot.bytes = l->hot.s.bytes(l->nbuckets);
+    l->hot.bytes = l->nbuckets * l->hot.s.stride;
     l->hot.base = static_cast<char*>(hot::zeroed_pages(l->hot.bytes));
     if (cfg_.replacement == Replacement::kLru)
       l->hot_stamp.reset(new std::atomic<uint64_t>[l->nbuckets * uint64_t(cfg_.hot_slots)]());
