@@ -3,13 +3,15 @@
 // already faulted in; a restart after a crash starts with none. `load` creates POOL with
 // KEYS 8-byte keys (2 threads) and exits without close() (a crash); each later run opens
 // it, prints the open's milliseconds and the HDNH hot-table fill's (recovery_hot_ms), and
-// exits without close() again, so every open is a crash recovery.
+// exits without close() again, so every open is a crash recovery. Arguments `k=v` after
+// KEYS set scheme parameters (e.g. hot_table=off).
 //
 //   cmake --build build/release --target pmhash
 //   g++ -O2 -std=c++20 -Iinclude -o /tmp/reopen_timer scripts/reopen_timer.cpp \
 //     build/release/libpmhash.a $(pkg-config --libs libpmem2 liburcu libxxhash) -lpthread
 //   /tmp/reopen_timer /dev/shm/r.pool hdnh 10000000 load
 //   for i in 1 2 3 4 5; do /tmp/reopen_timer /dev/shm/r.pool hdnh 10000000; done
+//   for i in 1 2 3 4 5; do /tmp/reopen_timer /dev/shm/r.pool hdnh 10000000 hot_table=off; done
 #include <unistd.h>
 
 #include <chrono>
@@ -24,12 +26,20 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s POOL SCHEME KEYS [load]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s POOL SCHEME KEYS [load] [param=value ...]\n", argv[0]);
     return 2;
   }
   const uint64_t keys = std::strtoull(argv[3], nullptr, 10);
-  const bool load = argc > 4 && std::strcmp(argv[4], "load") == 0;
+  bool load = false;
   pmhash::Options o;
+  for (int i = 4; i < argc; ++i) {  // `load`, or a scheme parameter (Options::params)
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (arg == "load")
+      load = true;
+    else if (eq != std::string::npos)
+      o.params[arg.substr(0, eq)] = arg.substr(eq + 1);
+  }
   o.scheme = argv[2];
   o.capacity_hint = keys;
   o.pool_size = 8ull << 30;

@@ -74,6 +74,12 @@ void on_threads(unsigned n, Fn fn) {
   for (auto& t : ts) t.join();
 }
 
+// The first of n items (segments or buckets, in order) that falls in partition q of parts:
+// item i is in partition i parts / n, so this is ceil(n q / parts).
+uint64_t partition_start(uint64_t n, unsigned q, unsigned parts) {
+  return (n * q + parts - 1) / parts;
+}
+
 // Records between the two recovery passes: found[t]'s list q holds what thread t found for
 // hot-bucket partition q and could not place during its traversal.
 using Found = std::vector<std::unique_ptr<RecordLists>>;
@@ -154,8 +160,8 @@ unsigned Hdnh::test_recovery_parts(unsigned nt) const {
 // bound on the records it lists.
 uint64_t Hdnh::thread_slots(const LevelSet& set, unsigned t, unsigned k, unsigned parts) const {
   const uint64_t segs = set.lv[1]->segments;
-  const uint64_t s0 = (segs * t * k + parts - 1) / parts;
-  const uint64_t s1 = (segs * (t + 1) * k + parts - 1) / parts;
+  const uint64_t s0 = partition_start(segs, t * k, parts);
+  const uint64_t s1 = partition_start(segs, (t + 1) * k, parts);
   uint64_t slots = 0;
   for (int i = 0; i < set.n; ++i) slots += set.lv[i]->segments / segs * (s1 - s0) * m_ * kSlots;
   return slots;
@@ -171,10 +177,10 @@ int64_t Hdnh::rebuild_partition(const LevelSet& set, unsigned q, unsigned parts,
   constexpr uint64_t kBucketsAhead = 8;  // table buckets prefetched ahead of the scan
   const Level& bottom = *set.lv[1];
   const uint64_t segs = bottom.segments;
-  const uint64_t s0 = (segs * q + parts - 1) / parts, s1 = (segs * (q + 1) + parts - 1) / parts;
+  const uint64_t s0 = partition_start(segs, q, parts), s1 = partition_start(segs, q + 1, parts);
   Window w;
-  w.lo = (bottom.nbuckets * q + parts - 1) / parts;  // the first bucket b with b parts / N >= q
-  w.hi = (bottom.nbuckets * (q + 1) + parts - 1) / parts;
+  w.lo = partition_start(bottom.nbuckets, q, parts);
+  w.hi = partition_start(bottom.nbuckets, q + 1, parts);
   w.parts = parts;
   w.found = found;
   if (found != nullptr) prefault_window(set, q, parts);
@@ -265,8 +271,8 @@ void Hdnh::fill_hot_partition(const LevelSet& set, const Found& found, unsigned 
 // f ((hi - 1) / m + 1).
 void Hdnh::prefault_window(const LevelSet& set, unsigned q, unsigned parts) const {
   const Level& bottom = *set.lv[1];
-  uint64_t lo = (bottom.nbuckets * q + parts - 1) / parts;  // first b with b parts / N >= q
-  uint64_t hi = (bottom.nbuckets * (q + 1) + parts - 1) / parts;
+  uint64_t lo = partition_start(bottom.nbuckets, q, parts);
+  uint64_t hi = partition_start(bottom.nbuckets, q + 1, parts);
   if (lo >= hi) return;
   for (int i = 0; i < set.n; ++i) {
     const Level& l = *set.lv[i];
