@@ -8,9 +8,9 @@
 //
 // At least one of the two loads sees the other side's store. A locked instruction or an
 // mfence on the frequent side would do the same, but it waits for the thread's earlier
-// loads, so a reader's cache miss could no longer overlap the next operation's (issue 19:
-// 1.3-1.4x read throughput for the OpGate). Where membarrier is refused (an old kernel, a
-// seccomp filter), both sides use a sequentially consistent fence.
+// loads, so a reader's cache miss could no longer overlap the next operation's. Where
+// membarrier is refused (an old kernel, a seccomp filter), both sides use a sequentially
+// consistent fence.
 #pragma once
 
 #include <atomic>

@@ -43,9 +43,12 @@ OpGate::Counter& OpGate::counter(unsigned tid) const {
   return counters_[tid];
 }
 
-// Only the counter's own thread writes it: a load and a store, no locked instruction.
-void OpGate::add(Counter& c, int64_t d, std::memory_order order) {
-  c.inside.store(c.inside.load(std::memory_order_relaxed) + d, order);
+// Only the counter's own thread writes it: a load and a store, no locked instruction. The
+// order is a template argument: given one at run time, GCC stores with seq_cst (an `xchg`,
+// locked), which made every call wait for its stores, flushes included, to drain.
+template <std::memory_order kOrder>
+void OpGate::add(Counter& c, int64_t d) {
+  c.inside.store(c.inside.load(std::memory_order_relaxed) + d, kOrder);
 }
 
 // The caller's increment and the gate's state form a Dekker pair with shut() and Exclusive:
@@ -55,7 +58,7 @@ void OpGate::add(Counter& c, int64_t d, std::memory_order order) {
 // shut() or Exclusive that sees it gone.
 bool OpGate::enter(unsigned tid, bool exclusive) {
   Counter& c = counter(tid);
-  add(c, 1, std::memory_order_relaxed);
+  add<std::memory_order_relaxed>(c, 1);
   light_fence();
   for (;;) {
     uint32_t st = state_.load(std::memory_order_acquire);
@@ -68,19 +71,19 @@ bool OpGate::enter(unsigned tid, bool exclusive) {
       return true;
     }
     waiting_.fetch_add(1, std::memory_order_seq_cst);  // counted here before leaving c
-    add(c, -1, std::memory_order_release);
+    add<std::memory_order_release>(c, -1);
     state_.wait(st, std::memory_order_seq_cst);
-    add(c, 1, std::memory_order_relaxed);  // counted in c before leaving waiting_
+    add<std::memory_order_relaxed>(c, 1);  // counted in c before leaving waiting_
     full_fence();
     if (waiting_.fetch_sub(1, std::memory_order_seq_cst) == 1) waiting_.notify_all();
   }
-  add(c, -1, std::memory_order_release);
+  add<std::memory_order_release>(c, -1);
   return false;
 }
 
 void OpGate::exit(unsigned tid) {
   --tls_depth;
-  add(counter(tid), -1, std::memory_order_release);
+  add<std::memory_order_release>(counter(tid), -1);
 }
 
 // The rare side polls: calls leave without telling anyone (a notify would cost the fast

@@ -79,7 +79,8 @@ class OpGate {
 
   bool enter(unsigned tid, bool exclusive);
   Counter& counter(unsigned tid) const;
-  static void add(Counter& c, int64_t d, std::memory_order order);
+  template <std::memory_order kOrder>
+  static void add(Counter& c, int64_t d);
   void wait_until_inside(unsigned tid, int64_t mine) const;
   void wait_until_alone(unsigned tid) const;
   void wait_until_empty() const;
