@@ -6,10 +6,16 @@
 # holds either; skipped (77) where objdump is missing or the machine is not x86-64.
 # A regression test: the counter's store once took its memory order as a run-time
 # argument, which GCC compiles as seq_cst, an `xchg`.
-lib=$1
+lib=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 [ "$(uname -m)" = x86_64 ] || exit 77
 command -v objdump >/dev/null && command -v nm >/dev/null && command -v c++filt >/dev/null ||
   exit 77
+# Only the gate's object file, when LIB is an archive (disassembling all of it is slow).
+member=$(ar t "$lib" 2>/dev/null | grep '^op_gate\.' | head -n 1)
+if [ -n "$member" ]; then
+  dir=$(mktemp -d) && trap 'rm -rf "$dir"' EXIT
+  (cd "$dir" && ar x "$lib" "$member") && lib="$dir/$member"
+fi
 found=0
 for m in $(nm --defined-only "$lib" 2>/dev/null | awk '$2 ~ /^[TtWw]$/ {print $3}' | sort -u); do
   case "$(echo "$m" | c++filt)" in
