@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -37,6 +40,29 @@ std::string key_of(int t, int i) {
 std::string value_of(int n, const std::string& k) {
   return "v" + std::to_string(n) + "-" + k + std::string(size_t(n % 4) * 100, 'x');
 }
+// Where the background sweep waits before its walk (BackgroundSweep::test_before_walk).
+struct SweepGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool is_open = false;
+  void open() {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      is_open = true;
+    }
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> g(mu);
+    cv.wait(g, [&] { return is_open; });
+  }
+};
+// Opens the gate on every way out of the test (~Index waits for the sweep).
+struct OpenAtExit {
+  std::shared_ptr<SweepGate> gate;
+  ~OpenAtExit() { gate->open(); }
+};
+
 double counter(Index& idx, const char* name) {
   std::map<std::string, double> c;
   idx.impl()->scheme->counters(&c);
@@ -66,7 +92,15 @@ TEST_P(BackgroundSweepTest, WritesDuringTheSweepLoseNothingAndTheCrashsGarbageIs
   }
   o.create = false;
   o.params["test_sweep_pause_us"] = "20000";  // per 16 blocks the sweep reports
+  // The sweep begins at the open (its maps live: frees and moves report to it) but starts
+  // its walk only once the writers have finished kOverlap writes: how many writes fit into
+  // the sweep no longer depends on the scheduler (under TSan on a loaded machine, 1,423 of
+  // the required 2,000 did). The writers go on beside the walk until it has freed.
+  constexpr uint64_t kOverlap = 2500;
+  auto gate = std::make_shared<SweepGate>();
+  BackgroundSweep::test_before_walk = [gate] { gate->wait(); };
   std::unique_ptr<Index> idx;
+  OpenAtExit opener{gate};  // destroyed before idx
   ASSERT_TRUE(Index::open(crashed.path, o, &idx).ok());
   pm::Allocator& alloc = *idx->impl()->alloc;
   const double grown_before = counter(*idx, c.grows);
@@ -99,13 +133,15 @@ TEST_P(BackgroundSweepTest, WritesDuringTheSweepLoseNothingAndTheCrashsGarbageIs
             }
           }
         }
-        during.fetch_add(1);
+        if (during.fetch_add(1) + 1 == kOverlap) gate->open();
         idx->impl()->epochs->reclaim_now();  // freed blocks reused soon: reuse races the sweep
       }
     });
   for (auto& th : threads) th.join();
+  gate->open();  // writers that stopped at a failed ASSERT
   idx->impl()->scheme->wait_idle();
-  EXPECT_GT(during.load(), 2000u) << "the writes must overlap the sweep";
+  BackgroundSweep::test_before_walk = nullptr;  // the sweep has run
+  EXPECT_GE(during.load(), kOverlap) << "the writes must overlap the sweep";
   EXPECT_GT(counter(*idx, c.grows), grown_before) << "the table must grow during the sweep";
   EXPECT_GE(alloc.swept(), uint64_t(kGarbage));  // the crash's garbage (and spares) freed
   std::string report;

@@ -114,8 +114,20 @@ void CrashSim::on_flush(const void* addr, size_t len) {
   }
 }
 
+void CrashSim::hold_other_threads(bool hold) {
+  {
+    std::lock_guard<std::mutex> g(hold_mu_);
+    hold_ = hold;
+  }
+  hold_cv_.notify_all();
+}
+
 void CrashSim::on_fence() {
   if (base_ == nullptr) return;
+  if (!multi_threaded && std::this_thread::get_id() != main_thread_) {
+    std::unique_lock<std::mutex> g(hold_mu_);
+    hold_cv_.wait(g, [&] { return !hold_; });
+  }
   auto lk = park();
   ++fences_;
   // Single-threaded mode: only the workload thread crashes (a background thread of the
@@ -497,6 +509,9 @@ struct Harness {
         recover_and_verify(img2_path, false, false);
       };
       h.persist_hook = &sim2;
+      // Their open starts the background sweep and returns: its fence waits until any_thread
+      // is set below (else it may come first, and is no crash point).
+      sim2.hold_other_threads(cfg.scheme == "turbohash" || cfg.scheme == "pmeh");
     }
     std::unique_ptr<Index> idx;
     Status s = open_index(path, o, h, &idx);
@@ -505,10 +520,12 @@ struct Harness {
     if (s.ok() && nested) {
       sweep_thread = true;
       sim2.any_thread = true;
+      sim2.hold_other_threads(false);
       idx->impl()->scheme->wait_idle();
       sim2.any_thread = false;
       sweep_thread = false;
     }
+    sim2.hold_other_threads(false);
     sim2.at_crash_point = nullptr;
     res.states++;
     if (!s.ok()) {

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +45,10 @@ class CrashSim : public pm::PersistHook {
   // Single-threaded mode, while the workload thread only waits: crash on any thread (the
   // recovery's background sweep).
   std::atomic<bool> any_thread{false};
+  // Single-threaded mode: while held, a fence of any other thread waits (before it is a
+  // crash point or not) until released. Only while the workload thread waits for nothing
+  // that such a thread must do (a scheme whose open starts a background sweep and returns).
+  void hold_other_threads(bool hold);
   uint64_t crash_every = 1;  // crash at every n-th fence
   double sample_rate = 1.0;  // sampled mode: crash at a seeded random fraction of the fences
   uint64_t sample_seed = 1;
@@ -82,6 +87,9 @@ class CrashSim : public pm::PersistHook {
   std::atomic<int> parked_{0}, busy_{0};
   std::atomic<bool> stop_{false};
   std::thread::id main_thread_;
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool hold_ = false;
 };
 
 struct CrashConfig {

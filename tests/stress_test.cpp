@@ -309,6 +309,9 @@ TEST_P(StressTest, OversubscribedHistoryCheck) {
     for (int r = 0; r < readers; ++r) ts.emplace_back(reader, r);
     for (int i = 0; i < introspectors; ++i) ts.emplace_back(introspector);
     for (int w = 0; w < owners; ++w) ts[w].join();
+    // The readers may not have run yet on a loaded machine: let them find some keys before
+    // they stop (a count, not a time), so that the run always checks reads.
+    while (hits.load() < 100 && errors.load() == 0) std::this_thread::yield();
     done = true;
     for (size_t i = owners; i < ts.size(); ++i) ts[i].join();
   }

@@ -139,9 +139,18 @@ class BackgroundSweep {
     worker_.wait_idle();
     worker_.stop();
   }
+#ifdef PMHASH_CRASH_HOOKS
+  // Tests: runs on the sweep's thread after begin_sweep() and before the walk, holding no
+  // lock and no read-side section, so a test may block in it until its writes have run
+  // (BackgroundSweepTest). Set it before the open, clear it after wait_idle().
+  static inline std::function<void()> test_before_walk;
+#endif
 
  private:
   void run() {
+#ifdef PMHASH_CRASH_HOOKS
+    if (test_before_walk) test_before_walk();
+#endif
     uint64_t n = 0;
     walk_([&](uint64_t off) {
       alloc_.note_reachable(off);
