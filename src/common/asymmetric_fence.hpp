@@ -7,10 +7,10 @@
 //   rare side:      store B; heavy_fence(); load A
 //
 // At least one of the two loads sees the other side's store. A locked instruction or an
-// mfence on the frequent side would do the same, but it waits for the thread's earlier
-// loads, so a reader's cache miss could no longer overlap the next operation's. Where
-// membarrier is refused (an old kernel, a seccomp filter), both sides use a sequentially
-// consistent fence.
+// mfence on the frequent side would do the same at a price on every call (it waits for
+// the thread's earlier stores, flushes included, and loads; its cost alone was not
+// separable in session 13's measurement, docs/schemes/lineht.md). Where membarrier is
+// refused (an old kernel, a seccomp filter), both sides use a sequentially consistent fence.
 #pragma once
 
 #include <atomic>
