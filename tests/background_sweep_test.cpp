@@ -7,10 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -42,20 +40,12 @@ std::string value_of(int n, const std::string& k) {
 }
 // Where the background sweep waits before its walk (BackgroundSweep::test_before_walk).
 struct SweepGate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool is_open = false;
+  std::atomic<bool> is_open{false};
   void open() {
-    {
-      std::lock_guard<std::mutex> g(mu);
-      is_open = true;
-    }
-    cv.notify_all();
+    is_open = true;
+    is_open.notify_all();
   }
-  void wait() {
-    std::unique_lock<std::mutex> g(mu);
-    cv.wait(g, [&] { return is_open; });
-  }
+  void wait() { is_open.wait(false); }
 };
 // Opens the gate on every way out of the test (~Index waits for the sweep).
 struct OpenAtExit {
