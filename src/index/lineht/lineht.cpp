@@ -1,7 +1,5 @@
 #include "index/lineht/lineht.hpp"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -18,8 +16,9 @@ using common::Slot;
 using common::store_word;
 
 // Instant recovery (TurboHash §3.7): every write commits by one 8-byte store (or one
-// allocator commit), so there is nothing to redo; the DRAM side is built per shard on first
-// use. Opening costs O(shards) for the validation of the directory, nothing per key.
+// allocator commit), so there is nothing to redo; the DRAM side is built, and the shard word
+// checked, per shard on first use. Opening reads no shard word: its cost does not grow with
+// the keys or the shards.
 LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -33,26 +32,15 @@ LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
       probe_(root_->probe),
       use_filter_(runtime_config<Runtime, &parse_runtime>(ctx).filter),
       prefetch_(runtime_config<Runtime, &parse_runtime>(ctx).prefetch),
-      words_(new std::atomic<uint64_t>[root_->nshards]),
-      locks_(new std::atomic<uint32_t>[root_->nshards]),
-      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {
-  for (uint64_t s = 0; s < nshards_; ++s) {
-    words_[s].store(0, std::memory_order_relaxed);
-    locks_[s].store(0, std::memory_order_relaxed);
-  }
-  // Reserved, not committed: pages appear as shards are built (zero until then). Huge pages
-  // where the kernel allows: a lookup's filter line then rarely costs a TLB miss too.
-  filter_map_ = (pool_.size() / 64 * sizeof(uint64_t) + 4095) & ~size_t{4095};
-  void* m = mmap(nullptr, filter_map_, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (m == MAP_FAILED) throw std::bad_alloc();
-  madvise(m, filter_map_, MADV_HUGEPAGE);
-  filter_ = static_cast<std::atomic<uint64_t>*>(m);
-}
-
-LineHT::~LineHT() {
-  munmap(filter_, filter_map_);
-}
+      words_map_(nshards_ * sizeof(uint64_t)),
+      locks_map_(nshards_ * sizeof(uint32_t)),
+      words_(words_map_.as<std::atomic<uint64_t>>()),
+      locks_(locks_map_.as<std::atomic<uint32_t>>()),
+      // Huge pages where the kernel allows: a lookup's filter line then rarely costs a TLB
+      // miss too.
+      filter_map_(pool_.size() / 64 * sizeof(uint64_t), /*huge=*/true),
+      filter_(filter_map_.as<std::atomic<uint64_t>>()),
+      tstats_(new ThreadStats[pm::ThreadRegistry::kMaxThreads]) {}
 
 Status LineHT::parse_runtime(const common::Params& params, Runtime* out) {
   Status s = params.get_bool("lineht", "filter", true, &out->filter);
@@ -123,17 +111,12 @@ Status LineHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out
   if (r->nshards == 0 || r->nshards > kMaxShards || r->probe == 0 || r->probe > kMaxProbe ||
       ctx.alloc.block_size(r->directory) < r->nshards * 8)
     return {Code::kCorrupted, "lineht: shard directory missing or damaged"};
-  const uint64_t* d = ctx.pool.ptr<uint64_t>(r->directory);
-  for (uint64_t s = 0; s < r->nshards; ++s) {
-    uint64_t n = packed_count(d[s]);
-    if (n == 0 || ctx.alloc.block_size(packed_offset(d[s])) < n * sizeof(Bucket))
-      return {Code::kCorrupted, "lineht: shard " + std::to_string(s) + " points nowhere"};
-  }
+  // No shard word is read here: each is checked at its shard's first use (locked_view).
   *out = std::make_unique<LineHT>(ctx, ctx.pool.root());
   // Variable format: items are allocated and freed without a log (pm::Allocator::mark /
   // unmark), so after a crash the blocks no slot reaches are freed — a walk of every slot,
-  // the price of log-free variable writes. The fixed format allocates only in resizes
-  // (logged): its open stays O(shards).
+  // the price of log-free variable writes (validate() checked every shard word for it). The
+  // fixed format allocates only in resizes (logged): its open reads no shard.
   if (!clean && ctx.items.variable()) sweep_after_crash(ctx, **out);
   return Status::Ok();
 }
@@ -163,21 +146,35 @@ void LineHT::build_filter(const Shard& v) const {
   for (uint64_t i = 0; i < n; ++i) v.f[i].store(w[i], std::memory_order_relaxed);
 }
 
-LineHT::Shard LineHT::locked_view(uint32_t shard) {
+// A shard's first use after open checks its word (the one check open leaves to it: a
+// damaged word is kCorrupted for every operation on the shard, which is never written) and
+// builds its filter.
+Status LineHT::locked_view(uint32_t shard, Shard* out) {
   uint64_t w = words_[shard].load(std::memory_order_acquire);
   if (w == 0) {
     w = load_word(dir_[shard]);
+    if (!shard_sound(alloc_, w)) return damaged(shard, w);
     build_filter(shard_of(w));
     words_[shard].store(w, std::memory_order_release);  // the filter first, then the word
   }
-  return shard_of(w);
+  *out = shard_of(w);
+  return Status::Ok();
 }
 
-LineHT::Shard LineHT::view(uint32_t shard) {
+Status LineHT::view(uint32_t shard, Shard* out) {
   uint64_t w = words_[shard].load(std::memory_order_acquire);
-  if (w != 0) return shard_of(w);
+  if (w != 0) {
+    *out = shard_of(w);
+    return Status::Ok();
+  }
   Locked lock(locks_[shard]);  // once per shard and open
-  return locked_view(shard);
+  return locked_view(shard, out);
+}
+
+Status LineHT::damaged(uint32_t shard, uint64_t packed) const {
+  return {Code::kCorrupted, "lineht: shard " + std::to_string(shard) + " points nowhere (offset " +
+                                std::to_string(packed_offset(packed)) + ", " +
+                                std::to_string(packed_count(packed)) + " buckets)"};
 }
 
 // Optimistic read of one bucket (TurboHash Algorithm 1 on one line): the candidate slots
@@ -216,7 +213,9 @@ Status LineHT::get(std::string_view key, std::string* value) {
   Hashed k = hashed(key);
   ThreadStats& ts = tstats_[threads_.id()];
   pm::Epochs::Guard guard(epochs_);
-  Shard v = view(k.shard);  // the dense directory: a cache hit in the common case
+  Shard v;
+  Status s = view(k.shard, &v);  // the dense directory: a cache hit in the common case
+  if (!s.ok()) return s;
   bump(ts.reads);
   if (!use_filter_) return get_unfiltered(v, k, key, value);
   uint64_t hm = home(k.h, v.n);
@@ -365,7 +364,9 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   prefetch_home(k);
   Locked lock(locks_[k.shard]);
   for (;;) {
-    Shard v = locked_view(k.shard);
+    Shard v;
+    Status s = locked_view(k.shard, &v);
+    if (!s.ok()) return s;
     Place at = find_locked(v, k, key);
     if (at.found()) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
@@ -374,7 +375,7 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
     at = free_slot(v, home(k.h, v.n));
     if (at.found()) return insert_at(v, k, at, key, value);
-    Status s = resize(k.shard);  // no free slot within the probe bound
+    s = resize(k.shard);  // no free slot within the probe bound
     if (!s.ok()) return s;
   }
 }
@@ -385,7 +386,9 @@ Status LineHT::remove(std::string_view key) {
   Hashed k = hashed(key);
   prefetch_home(k);
   Locked lock(locks_[k.shard]);
-  Shard v = locked_view(k.shard);
+  Shard v;
+  Status s = locked_view(k.shard, &v);
+  if (!s.ok()) return s;
   Place at = find_locked(v, k, key);
   if (!at.found()) return {Code::kNotFound, "key not found"};
   Bucket& b = v.b0[at.j];
@@ -479,10 +482,13 @@ double LineHT::table_load_factor() const {
   return double(live) / double(buckets * kSlots);
 }
 
-// The shard's current bucket array (the DRAM word, or the directory's before first use).
+// The shard's current bucket array (the DRAM word, or the directory's before first use; 0,
+// an empty shard to the walks, if that names no bucket array: check() reports it).
 uint64_t LineHT::current(uint64_t s) const {
   uint64_t w = words_[s].load(std::memory_order_acquire);
-  return w != 0 ? w : load_word(dir_[s]);
+  if (w != 0) return w;
+  w = load_word(dir_[s]);
+  return shard_sound(alloc_, w) ? w : 0;
 }
 
 uint64_t LineHT::size() const {
@@ -559,6 +565,11 @@ bool LineHT::check_shard(uint64_t s, std::string* report) const {
   };
   uint64_t w = words_[s].load(std::memory_order_acquire);
   uint64_t packed = load_word(dir_[s]);
+  if (!shard_sound(alloc_, packed)) {
+    bad("points nowhere (offset " + std::to_string(packed_offset(packed)) + ", " +
+        std::to_string(packed_count(packed)) + " buckets)");
+    return ok;
+  }
   if (w != 0 && w != packed) bad("DRAM shard word differs from the directory");
   std::optional<Shard> v;
   if (w != 0) v = shard_of(w);
@@ -608,6 +619,7 @@ void LineHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) con
   fn(root_->directory);
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t packed = current(s);
+    if (packed == 0) continue;
     fn(packed_offset(packed));
     if (!items_.variable()) continue;
     const Bucket* b0 = buckets(packed);

@@ -12,6 +12,7 @@
 
 #include "common/shard_word.hpp"
 #include "common/spin_lock.hpp"
+#include "common/zeroed_map.hpp"
 #include "index/lineht/bucket.hpp"
 #include "index/scheme.hpp"
 
@@ -44,13 +45,20 @@ inline constexpr uint64_t kDefaultProbe = 64;
 inline constexpr uint64_t kHintLoad = 72;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 
+// A shard word names a bucket array: an allocated block of at least its bucket count's
+// bytes. Checked where a shard is first used after open, not at open (docs/schemes/lineht.md
+// "Trust"): opening reads no shard word.
+inline bool shard_sound(const pm::Allocator& a, uint64_t packed) {
+  uint64_t n = packed_count(packed);
+  return n != 0 && n <= kMaxShardBuckets && a.block_size(packed_offset(packed)) >= n * 64;
+}
+
 // Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
 inline constexpr uint64_t kMutationCommitBeforeSlot = 16;  // insert: commit, then write the slot
 
 class LineHT final : public Scheme {
  public:
   LineHT(SchemeContext& ctx, uint64_t root_off);
-  ~LineHT() override;
   static Status layout(const Options& o, common::Params* layout);
   struct Runtime {
     bool filter = true;    // `filter`: readers consult the DRAM filter (off: PM buckets only)
@@ -123,9 +131,12 @@ class LineHT final : public Scheme {
   Shard shard_of(uint64_t packed) const {
     return {packed, packed_count(packed), buckets(packed), filter_ + packed_offset(packed) / 64};
   }
-  Shard view(uint32_t shard);         // the shard, its filter built on first use
-  Shard locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
-  uint64_t current(uint64_t shard) const;
+  // The shard, its word checked and its filter built on first use (kCorrupted: its word
+  // names no bucket array).
+  Status view(uint32_t shard, Shard* out);
+  Status locked_view(uint32_t shard, Shard* out);  // the caller holds the shard's write lock
+  Status damaged(uint32_t shard, uint64_t packed) const;
+  uint64_t current(uint64_t shard) const;  // 0: the directory word names no bucket array
   void build_filter(const Shard& v) const;
   void prefetch_home(const Hashed& k) const;
   Status get_unfiltered(const Shard& v, const Hashed& k, std::string_view key, std::string* value);
@@ -159,12 +170,14 @@ class LineHT final : public Scheme {
   bool use_filter_, prefetch_;
   // Per shard, dense (12 bytes, so the directory stays in cache): the shard word the DRAM
   // side was built for (0: not yet since open; lazy rebuild) and the shard's write lock.
-  std::unique_ptr<std::atomic<uint64_t>[]> words_;
-  std::unique_ptr<std::atomic<uint32_t>[]> locks_;
-  // The filter words, one per 64-byte line of the pool (an anonymous mapping, touched only
-  // where bucket arrays lie): a shard's filter is addressed from its shard word.
-  std::atomic<uint64_t>* filter_ = nullptr;
-  size_t filter_map_ = 0;
+  // Zero pages until used: opening costs nothing per shard.
+  common::ZeroedMap words_map_, locks_map_;
+  std::atomic<uint64_t>* words_;
+  std::atomic<uint32_t>* locks_;
+  // The filter words, one per 64-byte line of the pool (touched only where bucket arrays
+  // lie): a shard's filter is addressed from its shard word.
+  common::ZeroedMap filter_map_;
+  std::atomic<uint64_t>* filter_;
   std::unique_ptr<ThreadStats[]> tstats_;
   // Created empty by this instance (create(), not open()): the live count is known from the
   // inserts and removes, so the table's load factor at its first resize can be reported.
