@@ -995,76 +995,30 @@ TEST(Damage, PmehZeroedSegmentHeaderIsCorruptedAtItsFirstAccess) {
   EXPECT_NE(report.find("crash version 0"), std::string::npos) << report;
 }
 
-// LineHT's open reads no shard word (instant recovery at any size; docs/schemes/lineht.md
-// "Trust"): a shard word that names no bucket array opens, after a clean close and after a
-// crash; every access to that shard is kCorrupted naming it and writes nothing, the other
-// shard still serves its keys, and check() reports it. Before, open refused the pool (it
-// checked every shard word, O(shards)).
-TEST(Damage, LineHTShardPointingNowhereIsCorruptedAtItsFirstAccess) {
-  SchemeFormat sf{"lineht", Format::kFixed};
-  for (bool crashed : {false, true}) {
-    SCOPED_TRACE(crashed ? "after a crash" : "after a clean close");
-    TempPool p;
-    std::vector<char> bytes = make_pool(p.path, sf, 6);
-    ASSERT_FALSE(bytes.empty());
-    const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
-    ASSERT_EQ(r.nshards, 2u);
-    auto shard_of = [&](const std::string& key) {
-      return common::fast_range(static_cast<uint32_t>(common::Items::hash(key) >> 32), 2);
-    };
-    // The damaged shard: the one holding key 0; a key of the other shard stays readable.
-    const std::string damaged_key = key_of(0, sf.format);
-    const uint64_t bad = shard_of(damaged_key);
-    int healthy = 1;
-    while (healthy < 6 && shard_of(key_of(healthy, sf.format)) == bad) ++healthy;
-    ASSERT_LT(healthy, 6) << "all six keys in one shard";
-    const uint64_t word_off = r.directory + 8 * bad;
-    set_word(&bytes, word_off, lineht::pack(4, 64));  // 4 buckets at offset 64: no block there
-    if (crashed) set_word(&bytes, pm::kMutableHeaderOffset, 0);
-    write_bytes(p.path, bytes);
-    std::unique_ptr<Index> idx;
-    Status s = reopen(p.path, sf, false, &idx);
-    ASSERT_TRUE(s.ok()) << s.to_string();
-    std::string v;
-    for (int round = 0; round < 2; ++round) {
-      s = idx->get(damaged_key, &v);
+// LineHT checks every shard word before open (validate(); open itself no longer repeats
+// the check): a word that names no bucket array is refused, naming the shard, after a clean
+// close and after a crash, in both formats, and the file is unchanged. (A check at the
+// shard's first use instead, tried in session 14, was unsound: a word naming a block that
+// is free at open passes once a later resize or item takes that block.)
+TEST(Damage, LineHTShardPointingNowhereIsRefusedAtOpen) {
+  for (Format f : {Format::kFixed, Format::kVariable})
+    for (bool crashed : {false, true}) {
+      SchemeFormat sf{"lineht", f};
+      SCOPED_TRACE(param_name(sf) + (crashed ? ", after a crash" : ", after a clean close"));
+      TempPool p;
+      std::vector<char> bytes = make_pool(p.path, sf, 6);
+      ASSERT_FALSE(bytes.empty());
+      const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
+      ASSERT_EQ(r.nshards, 2u);
+      set_word(&bytes, r.directory + 8, lineht::pack(4, 64));  // 4 buckets at offset 64: no block
+      if (crashed) set_word(&bytes, pm::kMutableHeaderOffset, 0);
+      write_bytes(p.path, bytes);
+      std::unique_ptr<Index> idx;
+      Status s = reopen(p.path, sf, false, &idx);
       EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
-      EXPECT_NE(s.message().find("shard " + std::to_string(bad) + " points nowhere"),
-                std::string::npos)
-          << s.to_string();
-      EXPECT_EQ(idx->remove(damaged_key).code(), Code::kCorrupted);
-      EXPECT_EQ(idx->upsert(damaged_key, make_value(damaged_key, 2, true)).code(),
-                Code::kCorrupted);
+      EXPECT_NE(s.message().find("shard 1 points nowhere"), std::string::npos) << s.to_string();
+      EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
     }
-    const std::string ok_key = key_of(healthy, sf.format);
-    ASSERT_TRUE(idx->get(ok_key, &v).ok());
-    EXPECT_EQ(v, make_value(ok_key, 1, true));
-    EXPECT_EQ(idx->impl()->pool->ptr<uint64_t>(word_off)[0], lineht::pack(4, 64))
-        << "the damaged word was written";
-    std::string report;
-    EXPECT_FALSE(idx->impl()->check(&report));
-    EXPECT_NE(report.find("shard " + std::to_string(bad) + ": points nowhere"), std::string::npos)
-        << report;
-  }
-}
-
-// The variable format's open after a crash sweeps the items no slot reaches: a shard it
-// could not walk would lose its items, so that open still checks every shard word first,
-// and refuses the pool unchanged.
-TEST(Damage, LineHTVariableOpenAfterACrashRefusesAShardPointingNowhere) {
-  SchemeFormat sf{"lineht", Format::kVariable};
-  TempPool p;
-  std::vector<char> bytes = make_pool(p.path, sf, 6);
-  ASSERT_FALSE(bytes.empty());
-  const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
-  set_word(&bytes, r.directory + 8, lineht::pack(4, 64));
-  set_word(&bytes, pm::kMutableHeaderOffset, 0);
-  write_bytes(p.path, bytes);
-  std::unique_ptr<Index> idx;
-  Status s = reopen(p.path, sf, false, &idx);
-  EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
-  EXPECT_NE(s.message().find("shard 1 points nowhere"), std::string::npos) << s.to_string();
-  EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
 }
 
 TEST(Damage, SmartHTBadChainPointerIsReportedNotFollowed) {

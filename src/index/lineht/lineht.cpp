@@ -16,9 +16,8 @@ using common::Slot;
 using common::store_word;
 
 // Instant recovery (TurboHash §3.7): every write commits by one 8-byte store (or one
-// allocator commit), so there is nothing to redo; the DRAM side is built, and the shard word
-// checked, per shard on first use. Opening reads no shard word: its cost does not grow with
-// the keys or the shards.
+// allocator commit), so there is nothing to redo; the DRAM side is built per shard on first
+// use. Opening costs O(shards) for validate()'s check of the directory, nothing per key.
 LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -111,12 +110,12 @@ Status LineHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out
   if (r->nshards == 0 || r->nshards > kMaxShards || r->probe == 0 || r->probe > kMaxProbe ||
       ctx.alloc.block_size(r->directory) < r->nshards * 8)
     return {Code::kCorrupted, "lineht: shard directory missing or damaged"};
-  // No shard word is read here: each is checked at its shard's first use (locked_view).
+  // Every shard word was checked by validate(), which runs before every open.
   *out = std::make_unique<LineHT>(ctx, ctx.pool.root());
   // Variable format: items are allocated and freed without a log (pm::Allocator::mark /
   // unmark), so after a crash the blocks no slot reaches are freed — a walk of every slot,
-  // the price of log-free variable writes (validate() checked every shard word for it). The
-  // fixed format allocates only in resizes (logged): its open reads no shard.
+  // the price of log-free variable writes. The fixed format allocates only in resizes
+  // (logged): its open stays O(shards).
   if (!clean && ctx.items.variable()) sweep_after_crash(ctx, **out);
   return Status::Ok();
 }
@@ -146,35 +145,21 @@ void LineHT::build_filter(const Shard& v) const {
   for (uint64_t i = 0; i < n; ++i) v.f[i].store(w[i], std::memory_order_relaxed);
 }
 
-// A shard's first use after open checks its word (the one check open leaves to it: a
-// damaged word is kCorrupted for every operation on the shard, which is never written) and
-// builds its filter.
-Status LineHT::locked_view(uint32_t shard, Shard* out) {
+LineHT::Shard LineHT::locked_view(uint32_t shard) {
   uint64_t w = words_[shard].load(std::memory_order_acquire);
   if (w == 0) {
     w = load_word(dir_[shard]);
-    if (!shard_sound(alloc_, w)) return damaged(shard, w);
     build_filter(shard_of(w));
     words_[shard].store(w, std::memory_order_release);  // the filter first, then the word
   }
-  *out = shard_of(w);
-  return Status::Ok();
+  return shard_of(w);
 }
 
-Status LineHT::view(uint32_t shard, Shard* out) {
+LineHT::Shard LineHT::view(uint32_t shard) {
   uint64_t w = words_[shard].load(std::memory_order_acquire);
-  if (w != 0) {
-    *out = shard_of(w);
-    return Status::Ok();
-  }
+  if (w != 0) return shard_of(w);
   Locked lock(locks_[shard]);  // once per shard and open
-  return locked_view(shard, out);
-}
-
-Status LineHT::damaged(uint32_t shard, uint64_t packed) const {
-  return {Code::kCorrupted, "lineht: shard " + std::to_string(shard) + " points nowhere (offset " +
-                                std::to_string(packed_offset(packed)) + ", " +
-                                std::to_string(packed_count(packed)) + " buckets)"};
+  return locked_view(shard);
 }
 
 // Optimistic read of one bucket (TurboHash Algorithm 1 on one line): the candidate slots
@@ -213,9 +198,7 @@ Status LineHT::get(std::string_view key, std::string* value) {
   Hashed k = hashed(key);
   ThreadStats& ts = tstats_[threads_.id()];
   pm::Epochs::Guard guard(epochs_);
-  Shard v;
-  Status s = view(k.shard, &v);  // the dense directory: a cache hit in the common case
-  if (!s.ok()) return s;
+  Shard v = view(k.shard);  // the dense directory: a cache hit in the common case
   bump(ts.reads);
   if (!use_filter_) return get_unfiltered(v, k, key, value);
   uint64_t hm = home(k.h, v.n);
@@ -364,9 +347,7 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   prefetch_home(k);
   Locked lock(locks_[k.shard]);
   for (;;) {
-    Shard v;
-    Status s = locked_view(k.shard, &v);
-    if (!s.ok()) return s;
+    Shard v = locked_view(k.shard);
     Place at = find_locked(v, k, key);
     if (at.found()) {
       if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
@@ -375,7 +356,7 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
     if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
     at = free_slot(v, home(k.h, v.n));
     if (at.found()) return insert_at(v, k, at, key, value);
-    s = resize(k.shard);  // no free slot within the probe bound
+    Status s = resize(k.shard);  // no free slot within the probe bound
     if (!s.ok()) return s;
   }
 }
@@ -386,9 +367,7 @@ Status LineHT::remove(std::string_view key) {
   Hashed k = hashed(key);
   prefetch_home(k);
   Locked lock(locks_[k.shard]);
-  Shard v;
-  Status s = locked_view(k.shard, &v);
-  if (!s.ok()) return s;
+  Shard v = locked_view(k.shard);
   Place at = find_locked(v, k, key);
   if (!at.found()) return {Code::kNotFound, "key not found"};
   Bucket& b = v.b0[at.j];
@@ -482,13 +461,10 @@ double LineHT::table_load_factor() const {
   return double(live) / double(buckets * kSlots);
 }
 
-// The shard's current bucket array (the DRAM word, or the directory's before first use; 0,
-// an empty shard to the walks, if that names no bucket array: check() reports it).
+// The shard's current bucket array (the DRAM word, or the directory's before first use).
 uint64_t LineHT::current(uint64_t s) const {
   uint64_t w = words_[s].load(std::memory_order_acquire);
-  if (w != 0) return w;
-  w = load_word(dir_[s]);
-  return shard_sound(alloc_, w) ? w : 0;
+  return w != 0 ? w : load_word(dir_[s]);
 }
 
 uint64_t LineHT::size() const {
@@ -565,11 +541,6 @@ bool LineHT::check_shard(uint64_t s, std::string* report) const {
   };
   uint64_t w = words_[s].load(std::memory_order_acquire);
   uint64_t packed = load_word(dir_[s]);
-  if (!shard_sound(alloc_, packed)) {
-    bad("points nowhere (offset " + std::to_string(packed_offset(packed)) + ", " +
-        std::to_string(packed_count(packed)) + " buckets)");
-    return ok;
-  }
   if (w != 0 && w != packed) bad("DRAM shard word differs from the directory");
   std::optional<Shard> v;
   if (w != 0) v = shard_of(w);
@@ -619,7 +590,6 @@ void LineHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) con
   fn(root_->directory);
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t packed = current(s);
-    if (packed == 0) continue;
     fn(packed_offset(packed));
     if (!items_.variable()) continue;
     const Bucket* b0 = buckets(packed);

@@ -45,14 +45,6 @@ inline constexpr uint64_t kDefaultProbe = 64;
 inline constexpr uint64_t kHintLoad = 72;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 
-// A shard word names a bucket array: an allocated block of at least its bucket count's
-// bytes. Checked where a shard is first used after open, not at open (docs/schemes/lineht.md
-// "Trust"): opening reads no shard word.
-inline bool shard_sound(const pm::Allocator& a, uint64_t packed) {
-  uint64_t n = packed_count(packed);
-  return n != 0 && n <= kMaxShardBuckets && a.block_size(packed_offset(packed)) >= n * 64;
-}
-
 // Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
 inline constexpr uint64_t kMutationCommitBeforeSlot = 16;  // insert: commit, then write the slot
 
@@ -131,12 +123,9 @@ class LineHT final : public Scheme {
   Shard shard_of(uint64_t packed) const {
     return {packed, packed_count(packed), buckets(packed), filter_ + packed_offset(packed) / 64};
   }
-  // The shard, its word checked and its filter built on first use (kCorrupted: its word
-  // names no bucket array).
-  Status view(uint32_t shard, Shard* out);
-  Status locked_view(uint32_t shard, Shard* out);  // the caller holds the shard's write lock
-  Status damaged(uint32_t shard, uint64_t packed) const;
-  uint64_t current(uint64_t shard) const;  // 0: the directory word names no bucket array
+  Shard view(uint32_t shard);         // the shard, its filter built on first use
+  Shard locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
+  uint64_t current(uint64_t shard) const;
   void build_filter(const Shard& v) const;
   void prefetch_home(const Hashed& k) const;
   Status get_unfiltered(const Shard& v, const Hashed& k, std::string_view key, std::string* value);
@@ -170,7 +159,7 @@ class LineHT final : public Scheme {
   bool use_filter_, prefetch_;
   // Per shard, dense (12 bytes, so the directory stays in cache): the shard word the DRAM
   // side was built for (0: not yet since open; lazy rebuild) and the shard's write lock.
-  // Zero pages until used: opening costs nothing per shard.
+  // Zero pages until used: opening zeroes nothing per shard.
   common::ZeroedMap words_map_, locks_map_;
   std::atomic<uint64_t>* words_;
   std::atomic<uint32_t>* locks_;
