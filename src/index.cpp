@@ -408,7 +408,8 @@ Status Index::open(const std::string& path, const Options& options, std::unique_
 }
 
 // Every call takes a thread id (refused past kMaxThreads threads at once) and passes the
-// gate that close() shuts (common/op_gate.hpp).
+// gate that close() shuts (common/op_gate.hpp). Writes give the scheme its prefetch hint
+// first (IndexImpl::hint_write).
 #define PMHASH_ENTER(on_refused)                           \
   unsigned tid = impl_->threads->try_id();                 \
   if (tid == pm::ThreadRegistry::kNoId) return on_refused; \
@@ -416,6 +417,7 @@ Status Index::open(const std::string& path, const Options& options, std::unique_
   if (!pass) return on_refused
 
 Status Index::insert(std::string_view key, std::string_view value) {
+  impl_->hint_write(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
@@ -424,6 +426,7 @@ Status Index::insert(std::string_view key, std::string_view value) {
 }
 
 Status Index::upsert(std::string_view key, std::string_view value) {
+  impl_->hint_write(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
@@ -432,6 +435,7 @@ Status Index::upsert(std::string_view key, std::string_view value) {
 }
 
 Status Index::update(std::string_view key, std::string_view value) {
+  impl_->hint_write(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
@@ -446,6 +450,7 @@ Status Index::get(std::string_view key, std::string* value) const {
 }
 
 Status Index::remove(std::string_view key) {
+  impl_->hint_write(key);
   PMHASH_ENTER(refused_status(*impl_));
   if (impl_->holds_record.load(std::memory_order_acquire)) impl_->drop_record();
   Status s = impl_->check_key(key);

@@ -122,8 +122,7 @@ Status LineHT::open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out
 
 LineHT::Hashed LineHT::hashed(std::string_view key) const {
   uint64_t h = common::Items::hash(key);
-  return {h, items_.key_word(key, h), static_cast<uint32_t>(common::fast_range(h >> 32, nshards_)),
-          tag_of(h)};
+  return {h, items_.key_word(key, h), shard_of_hash(h), tag_of(h)};
 }
 
 // The filter of a shard from its PM buckets: each live slot's tag, and for each home bucket
@@ -329,22 +328,23 @@ Status LineHT::update_at(const Shard& v, const Hashed& k, Place at, std::string_
   return Status::Ok();
 }
 
-// Before a writer takes the shard's lock: the home PM line and its filter word, fetched for
-// writing, so that their misses overlap the lock's (and the previous call's) instead of
-// following each other under the lock. The shard word may be stale (a resize, or not yet
-// built): then the prefetch is wasted, never wrong.
-void LineHT::prefetch_home(const Hashed& k) const {
-  uint64_t w = words_[k.shard].load(std::memory_order_relaxed);
-  if (!prefetch_ || w == 0) return;
+// Before a write (Index calls it first): the key's home PM line and its filter word, so that
+// their misses overlap the previous call's fence and the shard lock instead of following
+// them. The shard word may be stale (a resize, or not yet built): then the prefetch is
+// wasted, never wrong; a prefetch never faults.
+void LineHT::prefetch_for_write(std::string_view key) const {
+  if (!prefetch_) return;
+  uint64_t h = common::Items::hash(key);
+  uint64_t w = words_[shard_of_hash(h)].load(std::memory_order_relaxed);
+  if (w == 0) return;
   Shard v = shard_of(w);
-  uint64_t hm = home(k.h, v.n);
+  uint64_t hm = home(h, v.n);
   __builtin_prefetch(&v.b0[hm], 1);
   __builtin_prefetch(&v.f[hm], 1);
 }
 
 Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
-  prefetch_home(k);
   Locked lock(locks_[k.shard]);
   for (;;) {
     Shard v = locked_view(k.shard);
@@ -365,7 +365,6 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
 // filter forgets the slot (the reach stays: it only shrinks when the shard is rebuilt).
 Status LineHT::remove(std::string_view key) {
   Hashed k = hashed(key);
-  prefetch_home(k);
   Locked lock(locks_[k.shard]);
   Shard v = locked_view(k.shard);
   Place at = find_locked(v, k, key);
@@ -566,7 +565,7 @@ bool LineHT::check_shard(uint64_t s, std::string* report) const {
         if (common::Items::hash(k) != sl.key) bad(at + ": item key does not hash to slot");
       }
       uint64_t h = items_.slot_hash(sl.key), hm = home(h, n), dist = (i + n - hm) % n;
-      if (common::fast_range(h >> 32, nshards_) != s) bad(at + ": key in the wrong shard");
+      if (shard_of_hash(h) != s) bad(at + ": key in the wrong shard");
       if (dist >= probe(n)) bad(at + ": key beyond its probe sequence");
       if (!seen.insert(items_.slot_key_bytes(sl)).second) bad(at + ": key stored twice");
       if (!v) continue;

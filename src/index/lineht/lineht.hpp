@@ -63,6 +63,7 @@ class LineHT final : public Scheme {
   Status put(std::string_view key, std::string_view value, PutMode mode) override;
   Status get(std::string_view key, std::string* value) override;
   Status remove(std::string_view key) override;
+  void prefetch_for_write(std::string_view key) const override;
   uint64_t size() const override;
   uint64_t capacity_slots() const override;
   uint64_t dram_bytes() const override;
@@ -116,6 +117,9 @@ class LineHT final : public Scheme {
     return static_cast<uint16_t>((h * 0x9E3779B97F4A7C15ull) >> 48);
   }
   static uint64_t home(uint64_t h, uint64_t n) { return common::fast_range(uint32_t(h), n); }
+  uint32_t shard_of_hash(uint64_t h) const {
+    return static_cast<uint32_t>(common::fast_range(h >> 32, nshards_));
+  }
   uint64_t probe(uint64_t n) const { return std::min<uint64_t>(probe_, n); }
   Hashed hashed(std::string_view key) const;
   Bucket* buckets(uint64_t packed) const { return pool_.ptr<Bucket>(packed_offset(packed)); }
@@ -127,7 +131,6 @@ class LineHT final : public Scheme {
   Shard locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
   uint64_t current(uint64_t shard) const;
   void build_filter(const Shard& v) const;
-  void prefetch_home(const Hashed& k) const;
   Status get_unfiltered(const Shard& v, const Hashed& k, std::string_view key, std::string* value);
   Place find_locked(const Shard& v, const Hashed& k, std::string_view key) const;
   Place free_slot(const Shard& v, uint64_t home) const;
