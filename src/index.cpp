@@ -408,8 +408,8 @@ Status Index::open(const std::string& path, const Options& options, std::unique_
 }
 
 // Every call takes a thread id (refused past kMaxThreads threads at once) and passes the
-// gate that close() shuts (common/op_gate.hpp). Writes give the scheme its prefetch hint
-// first (IndexImpl::hint_write).
+// gate that close() shuts (common/op_gate.hpp). Keyed calls give the scheme its prefetch
+// hint first (IndexImpl::hint_key).
 #define PMHASH_ENTER(on_refused)                           \
   unsigned tid = impl_->threads->try_id();                 \
   if (tid == pm::ThreadRegistry::kNoId) return on_refused; \
@@ -417,7 +417,7 @@ Status Index::open(const std::string& path, const Options& options, std::unique_
   if (!pass) return on_refused
 
 Status Index::insert(std::string_view key, std::string_view value) {
-  impl_->hint_write(key);
+  impl_->hint_key(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
@@ -426,7 +426,7 @@ Status Index::insert(std::string_view key, std::string_view value) {
 }
 
 Status Index::upsert(std::string_view key, std::string_view value) {
-  impl_->hint_write(key);
+  impl_->hint_key(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
@@ -435,7 +435,7 @@ Status Index::upsert(std::string_view key, std::string_view value) {
 }
 
 Status Index::update(std::string_view key, std::string_view value) {
-  impl_->hint_write(key);
+  impl_->hint_key(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   if (s.ok()) s = impl_->check_value(value);
@@ -444,13 +444,14 @@ Status Index::update(std::string_view key, std::string_view value) {
 }
 
 Status Index::get(std::string_view key, std::string* value) const {
+  impl_->hint_key(key);
   PMHASH_ENTER(refused_status(*impl_));
   Status s = impl_->check_key(key);
   return s.ok() ? impl_->scheme->get(key, value) : s;
 }
 
 Status Index::remove(std::string_view key) {
-  impl_->hint_write(key);
+  impl_->hint_key(key);
   PMHASH_ENTER(refused_status(*impl_));
   if (impl_->holds_record.load(std::memory_order_acquire)) impl_->drop_record();
   Status s = impl_->check_key(key);

@@ -74,12 +74,12 @@ class IndexImpl {
     return s;
   }
   Status check_key(std::string_view key) const;
-  // A write's first step, before its checks and the gate: the scheme's prefetch hint
-  // (Scheme::prefetch_for_write), for a key of a length the pool takes — a compare, no
-  // store; a key check_key will refuse is not read at all.
-  void hint_write(std::string_view key) const {
+  // A keyed call's first step (get, insert, upsert, update, remove), before its checks and
+  // the gate: the scheme's prefetch hint (Scheme::prefetch_key), for a key of a length the
+  // pool takes — a compare, no store; a key check_key will refuse is not read at all.
+  void hint_key(std::string_view key) const {
     bool ok = items->variable() ? !key.empty() && key.size() <= kMaxKeySize : key.size() == 8;
-    if (ok) scheme->prefetch_for_write(key);
+    if (ok) scheme->prefetch_key(key);
   }
   Status check_value(std::string_view value) const;
   // Scheme check + allocated == reachable.

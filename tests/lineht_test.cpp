@@ -247,13 +247,13 @@ TEST(LineHT, AHintedLoadResizesFewShards) {
   EXPECT_GE(lf, 0.715);
 }
 
-// Index gives the scheme its write hint (Scheme::prefetch_for_write) before the argument
-// checks and the gate, but only for a key of a length the pool takes: a key it will refuse
-// is not read at all. The keys end where an inaccessible page begins, so a read past what
-// the caller passed faults; one shard, so that every hint reaches its prefetch (an unbuilt
-// shard returns early); with the hint on and off. A key whose length claims 2^40 bytes
+// Index gives the scheme its prefetch hint (Scheme::prefetch_key) before the argument
+// checks and the gate of every keyed call, but only for a key of a length the pool takes: a
+// key it will refuse is not read at all. The keys end where an inaccessible page begins, so a read
+// past what the caller passed faults; one shard, so that every hint reaches its prefetch (an
+// unbuilt shard returns early); with the hint on and off. A key whose length claims 2^40 bytes
 // faulted before the length check was added (helper-18's review).
-TEST(LineHT, WriteHintReadsOnlyKeysThePoolTakes) {
+TEST(LineHT, KeyHintReadsOnlyKeysThePoolTakes) {
   const size_t page = 4096;
   void* m = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(m, MAP_FAILED);
@@ -275,20 +275,22 @@ TEST(LineHT, WriteHintReadsOnlyKeysThePoolTakes) {
       const std::string_view lying(end - 1, size_t{1} << 40);
       std::vector<std::string_view> bad = {std::string_view(), lying};
       if (f == Format::kFixed) bad.push_back(std::string_view(end - 7, 7));
+      std::string v;
       for (std::string_view k : bad) {
+        EXPECT_EQ(idx->get(k, &v).code(), Code::kInvalidArgument) << k.size();
         EXPECT_EQ(idx->insert(k, value).code(), Code::kInvalidArgument) << k.size();
         EXPECT_EQ(idx->upsert(k, value).code(), Code::kInvalidArgument) << k.size();
         EXPECT_EQ(idx->update(k, value).code(), Code::kInvalidArgument) << k.size();
         EXPECT_EQ(idx->remove(k).code(), Code::kInvalidArgument) << k.size();
       }
       ASSERT_TRUE(idx->update(good, fixed_key(2)).ok());
-      std::string v;
       ASSERT_TRUE(idx->get(good, &v).ok());
       EXPECT_EQ(v, fixed_key(2));
       ASSERT_TRUE(idx->close().ok());
       EXPECT_EQ(idx->update(good, value).code(), Code::kClosed);  // hinted, then refused
       EXPECT_EQ(idx->remove(good).code(), Code::kClosed);
       EXPECT_EQ(idx->insert(lying, value).code(), Code::kClosed);
+      EXPECT_EQ(idx->get(good, &v).code(), Code::kClosed);
     }
   munmap(m, 2 * page);
 }

@@ -39,13 +39,13 @@ class Scheme {
   virtual Status put(std::string_view key, std::string_view value, PutMode mode) = 0;
   virtual Status get(std::string_view key, std::string* value) = 0;
   virtual Status remove(std::string_view key) = 0;
-  // Called first by every write of the public API, before the gate, with a key of a length
-  // the pool takes (IndexImpl::hint_write), also after close: the scheme may load its DRAM
-  // words and prefetch the lines the write will need — no store, no lock (the object
-  // outlives every call). First, because a prefetch behind the next call's stores waits out
-  // the previous write's fence (docs/schemes/lineht.md "Why updates were slower than
-  // deletes").
-  virtual void prefetch_for_write(std::string_view key) const { (void)key; }
+  // Called first by every keyed call of the public API (get and the writes), before the
+  // gate, with a key of a length the pool takes (IndexImpl::hint_key), also after close: the
+  // scheme may load its DRAM words and prefetch the lines the call will need — no store, no
+  // lock (the object outlives every call). First, because a prefetch behind the call's
+  // stores waits for them, and behind the previous write's fence (docs/schemes/lineht.md
+  // "Why updates were slower than deletes").
+  virtual void prefetch_key(std::string_view key) const { (void)key; }
   virtual uint64_t size() const = 0;
   virtual uint64_t capacity_slots() const = 0;
   virtual uint64_t dram_bytes() const = 0;

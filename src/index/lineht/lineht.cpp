@@ -201,9 +201,7 @@ Status LineHT::get(std::string_view key, std::string* value) {
   bump(ts.reads);
   if (!use_filter_) return get_unfiltered(v, k, key, value);
   uint64_t hm = home(k.h, v.n);
-  // The home PM line and its filter word, both addressed from the shard word, are fetched
-  // at once: a hit in the home bucket costs one miss, not a filter miss and then a PM miss.
-  if (prefetch_) __builtin_prefetch(&v.b0[hm]);
+  // (Index::get prefetched the home PM line and filter word: LineHT::prefetch_key.)
   uint64_t reach = Filter::reach(v.word(hm));
   for (uint64_t d = 0, j = hm; d <= reach; ++d, j = j + 1 == v.n ? 0 : j + 1) {
     uint32_t candidates = Filter::match(v.word(j), k.tag);
@@ -328,11 +326,12 @@ Status LineHT::update_at(const Shard& v, const Hashed& k, Place at, std::string_
   return Status::Ok();
 }
 
-// Before a write (Index calls it first): the key's home PM line and its filter word, so that
-// their misses overlap the previous call's fence and the shard lock instead of following
-// them. The shard word may be stale (a resize, or not yet built): then the prefetch is
-// wasted, never wrong; a prefetch never faults.
-void LineHT::prefetch_for_write(std::string_view key) const {
+// Before a get or a write (Index calls it first): the key's home PM line and its filter
+// word, so that their misses overlap the previous call's fence, the API's checks and the
+// shard lock instead of following them (a hit in the home bucket then costs one miss). The shard
+// word may be stale (a resize, or not yet built): then the prefetch is wasted, never wrong; a
+// prefetch never faults.
+void LineHT::prefetch_key(std::string_view key) const {
   if (!prefetch_) return;
   uint64_t h = common::Items::hash(key);
   uint64_t w = words_[shard_of_hash(h)].load(std::memory_order_relaxed);

@@ -63,7 +63,7 @@ class LineHT final : public Scheme {
   Status put(std::string_view key, std::string_view value, PutMode mode) override;
   Status get(std::string_view key, std::string* value) override;
   Status remove(std::string_view key) override;
-  void prefetch_for_write(std::string_view key) const override;
+  void prefetch_key(std::string_view key) const override;
   uint64_t size() const override;
   uint64_t capacity_slots() const override;
   uint64_t dram_bytes() const override;
