@@ -81,17 +81,13 @@ std::vector<std::string> schemes() {
 }
 
 Status IndexImpl::check_key(std::string_view key) const {
-  if (items->variable()) {
-    if (key.empty()) return {Code::kInvalidArgument, "empty key"};
-    if (key.size() > kMaxKeySize)
-      return {Code::kInvalidArgument, "key of " + std::to_string(key.size()) +
-                                          " bytes exceeds the limit of " +
-                                          std::to_string(kMaxKeySize)};
-  } else if (key.size() != 8) {
+  if (key_size_ok(key)) return Status::Ok();
+  if (!items->variable())
     return {Code::kInvalidArgument,
             "fixed pools take 8-byte keys, got " + std::to_string(key.size()) + " bytes"};
-  }
-  return Status::Ok();
+  if (key.empty()) return {Code::kInvalidArgument, "empty key"};
+  return {Code::kInvalidArgument, "key of " + std::to_string(key.size()) +
+                                      " bytes exceeds the limit of " + std::to_string(kMaxKeySize)};
 }
 
 Status IndexImpl::check_value(std::string_view value) const {

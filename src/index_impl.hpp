@@ -73,13 +73,16 @@ class IndexImpl {
     epochs->settle();
     return s;
   }
+  // A key of a length the pool takes: what check_key accepts, as a compare.
+  bool key_size_ok(std::string_view key) const {
+    return items->variable() ? !key.empty() && key.size() <= kMaxKeySize : key.size() == 8;
+  }
   Status check_key(std::string_view key) const;
   // A keyed call's first step (get, insert, upsert, update, remove), before its checks and
-  // the gate: the scheme's prefetch hint (Scheme::prefetch_key), for a key of a length the
-  // pool takes — a compare, no store; a key check_key will refuse is not read at all.
+  // the gate: the scheme's prefetch hint (Scheme::prefetch_key) — no store; a key check_key
+  // will refuse is not read at all.
   void hint_key(std::string_view key) const {
-    bool ok = items->variable() ? !key.empty() && key.size() <= kMaxKeySize : key.size() == 8;
-    if (ok) scheme->prefetch_key(key);
+    if (key_size_ok(key)) scheme->prefetch_key(key);
   }
   Status check_value(std::string_view value) const;
   // Scheme check + allocated == reachable.

@@ -47,9 +47,9 @@ struct Level {
   Level(const Level&) = delete;
   Level& operator=(const Level&) = delete;
   ~Level() {
-    hot::free_pages(ocf, nbuckets * kSlots * sizeof(uint16_t));
-    hot::free_pages(changes, nbuckets * sizeof(uint32_t));
-    hot::free_pages(hot.base, hot.bytes);
+    common::unmap_zeroed(ocf, nbuckets * kSlots * sizeof(uint16_t));
+    common::unmap_zeroed(changes, nbuckets * sizeof(uint32_t));
+    common::unmap_zeroed(hot.base, hot.bytes);
   }
 };
 

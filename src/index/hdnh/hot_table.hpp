@@ -7,8 +7,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <new>
 #include <string_view>
+
+#include "common/zeroed_map.hpp"
 
 namespace pmhash::hdnh {
 
@@ -52,28 +53,19 @@ inline Shape shape(int slots, bool variable) {
   return s;
 }
 
-// Zeroed pages, faulted in by whichever thread first writes them (recovery threads split
-// the first touch, instead of one thread zero-filling every array before the traversal).
-// Transparent huge pages where the kernel allows them (recovery faults the whole table in:
-// a 2 MB fault instead of 512 4 KiB ones; reads then miss the TLB less).
-inline void* zeroed_pages(uint64_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  (void)madvise(p, bytes, MADV_HUGEPAGE);
-  return p;
-}
-// Faults in bytes [from, to) of them writable, in one call (recovery: a window just before
-// its fill). A page first read maps the shared zero page, and the write after it takes a
-// second fault and a TLB shootdown; the fill reads a slot before writing it. Best effort:
-// a kernel without MADV_POPULATE_WRITE (< 5.14) faults the pages in as they are written.
+// HDNH's DRAM arrays are common::map_zeroed pages on transparent huge pages, faulted in by
+// whichever thread first writes them (recovery threads split the first touch, instead of
+// one thread zero-filling every array before the traversal; recovery faults the whole table
+// in, 2 MB per fault). Faults in bytes [from, to) of such a mapping writable, in one call
+// (recovery: a window just before its fill). A page first read maps the shared zero page, and the
+// write after it takes a second fault and a TLB shootdown; the fill reads a slot before writing it.
+// Best effort: a kernel without MADV_POPULATE_WRITE (< 5.14) faults the pages in as they are
+// written.
 inline void prefault_pages(void* base, uint64_t from, uint64_t to) {
   constexpr uint64_t kPage = 4096;
   from &= ~(kPage - 1);
   to = (to + kPage - 1) & ~(kPage - 1);
   if (to > from) (void)madvise(static_cast<char*>(base) + from, to - from, MADV_POPULATE_WRITE);
-}
-inline void free_pages(void* p, uint64_t bytes) {
-  if (p != nullptr) munmap(p, bytes);
 }
 
 // One level's hot buckets (one mapping).

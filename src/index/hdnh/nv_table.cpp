@@ -77,13 +77,13 @@ Level* Hdnh::make_level(uint64_t off, uint64_t segments) {
   l->nbuckets = segments * m_;
   // Zeroed pages (all-zero atomics), first touched by whoever writes them.
   l->ocf = static_cast<std::atomic<uint16_t>*>(
-      hot::zeroed_pages(l->nbuckets * kSlots * sizeof(uint16_t)));
-  l->changes =
-      static_cast<std::atomic<uint32_t>*>(hot::zeroed_pages(l->nbuckets * sizeof(uint32_t)));
+      common::map_zeroed(l->nbuckets * kSlots * sizeof(uint16_t), /*huge=*/true));
+  l->changes = static_cast<std::atomic<uint32_t>*>(
+      common::map_zeroed(l->nbuckets * sizeof(uint32_t), /*huge=*/true));
   if (cfg_.replacement != Replacement::kOff) {
     l->hot.s = hot::shape(cfg_.hot_slots, items_.variable());
     l->hot.bytes = l->nbuckets * l->hot.s.stride;
-    l->hot.base = static_cast<char*>(hot::zeroed_pages(l->hot.bytes));
+    l->hot.base = static_cast<char*>(common::map_zeroed(l->hot.bytes, /*huge=*/true));
     if (cfg_.replacement == Replacement::kLru)
       l->hot_stamp.reset(new std::atomic<uint64_t>[l->nbuckets * uint64_t(cfg_.hot_slots)]());
   }

@@ -42,8 +42,8 @@ class RecordLists {
   RecordLists(unsigned parts, uint64_t records)
       : tail_(parts),
         bytes_(chunks_for(parts, records) * sizeof(Chunk)),
-        arena_(static_cast<char*>(hot::zeroed_pages(bytes_))) {}
-  ~RecordLists() { hot::free_pages(arena_, bytes_); }
+        arena_(static_cast<char*>(common::map_zeroed(bytes_, /*huge=*/true))) {}
+  ~RecordLists() { common::unmap_zeroed(arena_, bytes_); }
   RecordLists(const RecordLists&) = delete;
   RecordLists& operator=(const RecordLists&) = delete;
 
