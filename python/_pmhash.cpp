@@ -196,7 +196,7 @@ class Table {
 std::unique_ptr<Table> open_table(const std::string& path, const std::string& scheme, bool create,
                                   const std::string& format, uint64_t pool_size,
                                   const std::string& mode, uint64_t capacity_hint,
-                                  const std::map<std::string, std::string>& params) {
+                                  const std::map<std::string, std::string>& params, bool prefault) {
   Options o;
   o.scheme = scheme;
   o.create = create;
@@ -218,6 +218,7 @@ std::unique_ptr<Table> open_table(const std::string& path, const std::string& sc
   if (pool_size != 0) o.pool_size = pool_size;
   o.capacity_hint = capacity_hint;
   o.params = params;
+  o.prefault = prefault;
   std::unique_ptr<Index> idx;
   Status s;
   {
@@ -294,6 +295,6 @@ PYBIND11_MODULE(_pmhash, m) {
   m.def("open", &open_table, py::arg("path"), py::arg("scheme") = "turbohash",
         py::arg("create") = true, py::arg("format") = "fixed", py::arg("pool_size") = 0,
         py::arg("mode") = "auto", py::arg("capacity_hint") = 0,
-        py::arg("params") = std::map<std::string, std::string>{});
+        py::arg("params") = std::map<std::string, std::string>{}, py::arg("prefault") = false);
   m.def("schemes", &pmhash::schemes);
 }

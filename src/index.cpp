@@ -336,6 +336,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
   pa.format = options.format;
   pa.mode = options.mode;
   pa.delay_ns = options.pm_write_delay_ns;
+  pa.prefault = options.prefault;
   pa.create = options.create;
   pa.pool_size = options.pool_size;
   if (hooks.chunk_size != 0) pa.chunk_size = hooks.chunk_size;

@@ -2,6 +2,8 @@
 #include "pm/pool.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -206,6 +208,79 @@ TEST(Pool, FullPoolStaysUsableForReadsAndDeletes) {
   ASSERT_TRUE(open_index(p.path, o, h, &idx).ok());
   EXPECT_TRUE(idx->insert("again", big).ok());
   EXPECT_TRUE(idx->check().ok());
+}
+
+uint64_t file_bytes_backed(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
+}
+
+// Options::prefault: every page of the pool is backed when open returns (the file is
+// sparse without it), and a reopen with it keeps everything.
+TEST(Pool, PrefaultBacksEveryPageOfThePoolAtOpen) {
+  const uint64_t size = 32u << 20;
+  TempPool sparse, full;
+  Options o = small_options("lineht", Format::kFixed);
+  o.pool_size = size;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(sparse.path, o, &idx).ok());
+  EXPECT_LT(file_bytes_backed(sparse.path), size / 2) << "a pool without prefault is not sparse";
+  ASSERT_TRUE(idx->close().ok());
+  o.prefault = true;
+  Status s = Index::open(full.path, o, &idx);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_GE(file_bytes_backed(full.path), size);
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_TRUE(idx->insert(make_key(i, true), make_key(i, true)).ok());
+  ASSERT_TRUE(idx->close().ok());
+  idx.reset();
+  s = Index::open(full.path, o, &idx);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(idx->size(), 1000u);
+  EXPECT_TRUE(idx->check().ok());
+}
+
+// A pool larger than the room left on its file system (a sparse file: creating it and
+// using its first pages works) is refused by an open with prefault, instead of a write
+// into an unbacked page killing the process with SIGBUS later. Creation leaves no file
+// behind; a refused reopen changes nothing, and a reopen without prefault still works.
+// Needs a small tmpfs: skipped where this process may not mount one.
+TEST(Pool, PrefaultRefusesAPoolItsFileSystemCannotHold) {
+  std::string dir = temp_pool_path("tinyfs");
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=16m") != 0) {
+    rmdir(dir.c_str());
+    GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
+  }
+  std::string path = dir + "/pool";
+  Options o = small_options("lineht", Format::kFixed);
+  o.pool_size = 64u << 20;
+  o.prefault = true;
+  std::unique_ptr<Index> idx;
+  Status s = Index::open(path, o, &idx);
+  EXPECT_EQ(s.code(), Code::kIoError) << s.to_string();
+  EXPECT_NE(s.message().find("no room"), std::string::npos) << s.message();
+  EXPECT_EQ(idx, nullptr);
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "a refused creation left a file";
+
+  o.prefault = false;
+  ASSERT_TRUE(Index::open(path, o, &idx).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(idx->insert(make_key(i, true), make_key(i, true)).ok());
+  ASSERT_TRUE(idx->close().ok());
+  idx.reset();
+  std::vector<char> before = read_file(path);
+  o.prefault = true;
+  s = Index::open(path, o, &idx);
+  EXPECT_EQ(s.code(), Code::kIoError) << s.to_string();
+  EXPECT_EQ(read_file(path), before) << "the refused open changed the file";
+  o.prefault = false;
+  ASSERT_TRUE(Index::open(path, o, &idx).ok());
+  EXPECT_EQ(idx->size(), 100u);
+  EXPECT_TRUE(idx->close().ok());
+  idx.reset();
+  unlink(path.c_str());
+  umount(dir.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST(Pool, ReopenAfterCleanCloseKeepsEverything) {

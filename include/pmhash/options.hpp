@@ -32,6 +32,11 @@ struct Options {
   uint64_t pool_size = 1ull << 30;  // bytes, for a new pool (the file is sparse)
   uint64_t capacity_hint = 0;       // expected number of keys; schemes size tables from it
   uint32_t pm_write_delay_ns = 0;   // injected delay per flushed line (emulates slower PM)
+  // Fault every page of the pool in at open (PMDK's prefault): no operation takes a
+  // first-touch page fault later, and a pool the file system has no room for is refused at
+  // open instead of faulting (SIGBUS) on a write. Costs time at open and pool_size of memory
+  // or media from then on. Best effort on kernels before 5.14 (no MADV_POPULATE_WRITE).
+  bool prefault = false;
   // Scheme-specific knobs ("shards", "buckets", "scope", ...); see docs/schemes/<scheme>.md.
   std::map<std::string, std::string> params;
 };

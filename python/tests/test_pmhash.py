@@ -1,5 +1,6 @@
 """Tests of the Python module (run by `make test` through ctest)."""
 
+import os
 import threading
 
 import pytest
@@ -137,3 +138,11 @@ def test_threads_run_operations_in_parallel(pool_path, scheme):
         assert len(t) == 8000
         ok, report = t.check()
         assert ok, report
+
+
+def test_prefault_backs_the_whole_pool(pool_path):
+    with pmhash.open(pool_path, scheme="lineht", create=True, pool_size=SMALL, prefault=True) as t:
+        t[key(1, "fixed")] = value(1, "fixed")
+        assert os.stat(pool_path).st_blocks * 512 >= SMALL
+    with pmhash.open(pool_path, scheme="lineht", create=False) as t:
+        assert t[key(1, "fixed")] == value(1, "fixed")

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 
 namespace pmhash::common {
@@ -25,6 +26,19 @@ inline void* map_zeroed(size_t bytes, bool huge, bool sparse = false) {
 }
 inline void unmap_zeroed(void* p, size_t bytes) {
   if (p != nullptr) munmap(p, bytes);
+}
+
+// Faults bytes [p, p + bytes) of a mapping in writable, in one call, without changing what
+// they hold (pages rounded outward): for memory about to be written by a thread that should
+// not take the faults then (HDNH's recovery, a window before its fill; LineHT's resize,
+// before it takes the shard's lock). A page first read maps the shared zero page, and the
+// write after it takes a second fault. Best effort: a kernel without MADV_POPULATE_WRITE
+// (< 5.14) faults the pages in as they are written.
+inline void prefault_pages(void* p, size_t bytes) {
+  constexpr uintptr_t kPage = 4096;
+  uintptr_t from = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
+  uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) & ~(kPage - 1);
+  if (bytes != 0) (void)madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE);
 }
 
 // One such mapping, owned, as an array of T (valid as zero bytes: integers, std::atomic of

@@ -250,6 +250,12 @@ bool Allocator::take_chunks(uint64_t n, uint64_t* first) {
 }
 
 Reservation Allocator::reserve(uint64_t size) {
+  Reservation r = reserve_block(size);
+  reserved_bytes_.fetch_add(r.size, std::memory_order_relaxed);
+  return r;
+}
+
+Reservation Allocator::reserve_block(uint64_t size) {
   int cls = size_class(size);
   if (cls < 0) {
     uint64_t n = (size + chunk_ - 1) / chunk_, first = 0;
@@ -317,7 +323,9 @@ void Allocator::release(uint64_t off) {
 }
 
 void Allocator::cancel(const Reservation& r) {
-  if (r) release(r.off);
+  if (!r) return;
+  reserved_bytes_.fetch_sub(r.size, std::memory_order_relaxed);
+  release(r.off);
 }
 
 void Allocator::publish_unlogged(const Reservation& r) {
@@ -332,6 +340,7 @@ void Allocator::publish_unlogged(const Reservation& r) {
     pool_.persister().flush(pool_.ptr<char>(woff), 8);
   }
   allocated_bytes_.fetch_add(r.size, std::memory_order_relaxed);
+  reserved_bytes_.fetch_sub(r.size, std::memory_order_relaxed);
 }
 
 uint64_t Allocator::block_size(uint64_t off) const {
@@ -390,6 +399,7 @@ uint64_t* Allocator::set_allocated(const Reservation& r) {
   else
     std::atomic_ref<uint64_t>(*w).fetch_or(bit, std::memory_order_acq_rel);
   allocated_bytes_.fetch_add(r.size, std::memory_order_relaxed);
+  reserved_bytes_.fetch_sub(r.size, std::memory_order_relaxed);
   return w;
 }
 
@@ -567,6 +577,7 @@ void Tx::publish(const Reservation& r) {
     add(a_.bitmap_word_off(c, b), kSetBits, uint64_t{1} << (b % 64));
   }
   bytes_delta_ += static_cast<int64_t>(r.size);
+  published_ += r.size;
 }
 
 void Tx::free(uint64_t off) {
@@ -630,6 +641,7 @@ void Tx::commit() {
   p.persist(lane, 8);
   a_.lane_busy_[l].store(false, std::memory_order_release);
   a_.allocated_bytes_.fetch_add(static_cast<uint64_t>(bytes_delta_), std::memory_order_relaxed);
+  a_.reserved_bytes_.fetch_sub(published_, std::memory_order_relaxed);
   for (int i = 0; i < nfreed_; ++i) {
     a_.forget_suspect(freed_[i]);
     if (a_.on_free)
@@ -640,6 +652,7 @@ void Tx::commit() {
   n_ = 0;
   nfreed_ = 0;
   bytes_delta_ = 0;
+  published_ = 0;
 }
 
 }  // namespace pmhash::pm

@@ -120,6 +120,10 @@ class Allocator {
   uint64_t block_size(uint64_t off) const;
   void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  // Reserved and neither published nor given back (cancel): zero whenever no operation is
+  // in flight and no scheme holds blocks back (SpareBlocks' stock is marked, so published).
+  // A leak detector for tests.
+  uint64_t reserved_bytes() const { return reserved_bytes_.load(std::memory_order_relaxed); }
   Pool& pool() const { return pool_; }
 
  private:
@@ -127,7 +131,8 @@ class Allocator {
   struct Slab;
   struct SizeClass;
 
-  int size_class(uint64_t size) const;  // -1: needs whole chunks
+  int size_class(uint64_t size) const;       // -1: needs whole chunks
+  Reservation reserve_block(uint64_t size);  // reserve() without the accounting
   uint64_t* chunk_word(uint64_t c) const { return pool_.ptr<uint64_t>(table_off_ + c * 8); }
   uint64_t bitmap_word_off(uint64_t c, uint64_t block) const {
     return bitmap_off_ + c * (chunk_ / 512) + (block / 64) * 8;
@@ -155,6 +160,7 @@ class Allocator {
   std::unique_ptr<SizeClass[]> classes_;
   std::vector<std::unique_ptr<Slab>> slabs_;  // by chunk; set under the class lock
   std::atomic<uint64_t> allocated_bytes_{0};
+  std::atomic<uint64_t> reserved_bytes_{0};
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
   std::atomic<uint64_t> swept_{0};
@@ -199,6 +205,7 @@ class Tx {
   uint64_t freed_[4];
   int nfreed_ = 0;
   int64_t bytes_delta_ = 0;
+  uint64_t published_ = 0;  // bytes of the reservations this Tx publishes
 };
 
 }  // namespace pmhash::pm

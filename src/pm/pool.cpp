@@ -4,6 +4,7 @@
 #include <libpmem2.h>
 #include <linux/magic.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -348,6 +349,10 @@ Status Pool::map(const PoolArgs& args) {
   }
   persister_.delay_ns = args.delay_ns;
   persister_.hook = args.hook;
+  if (args.prefault) {
+    Status s = prefault();
+    if (!s.ok()) return s;
+  }
   switch (mode) {
     case Mode::kPm:  // eADR (byte granularity): caches are persistent, nothing to flush
       persister_.instr =
@@ -368,6 +373,14 @@ Status Pool::map(const PoolArgs& args) {
       break;
   }
   return Status::Ok();
+}
+
+// Options::prefault: every page faulted in writable, what they hold unchanged. EINVAL is a
+// kernel without MADV_POPULATE_WRITE (< 5.14): then pages fault in as they are written.
+Status Pool::prefault() {
+  if (madvise(base_, size_, MADV_POPULATE_WRITE) == 0 || errno == EINVAL) return Status::Ok();
+  return {Code::kIoError,
+          errno_text("cannot fault in the pool (no room on its file system?)", path_)};
 }
 
 // Creation is atomic as the next open sees it: the file is emptied, its first 8 bytes become

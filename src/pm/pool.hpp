@@ -93,6 +93,7 @@ struct PoolArgs {
   bool any_format = false;  // tools: accept either format
   Mode mode = Mode::kAuto;
   uint32_t delay_ns = 0;
+  bool prefault = false;  // Options::prefault
   bool create = false;
   uint64_t pool_size = 1ull << 30;
   uint64_t chunk_size = 1ull << 20;
@@ -171,6 +172,7 @@ class Pool {
  private:
   Pool() = default;
   Status map(const PoolArgs& args);
+  Status prefault();
   Status create_layout(const PoolArgs& args);
   Status open_existing(const PoolArgs& args, uint64_t file_size);
 

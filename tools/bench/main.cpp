@@ -47,6 +47,8 @@ const char* kUsage = R"(usage: pmhash-bench [options]
   --params k=v,...      scheme parameters (docs/schemes/*.md)   --label TEXT
   --mode auto|pm|emulated|msync   --pool-dir DIR   --pool-size BYTES
   --delay-ns N          injected PM write delay per flushed line
+  --prefault            fault the whole pool in when it is created (Options::prefault), so
+                        that no phase pays first-touch page faults (a table that grows does)
   --capacity-hint N     --repeat R (median of R runs)   --seed N   --no-recovery  --no-pin
   --sequential-keys     keys are 0, 1, 2, ... (default: a bijective scramble of them)
   --routed[=help]       PMEH Fig. 14: the load, read, negread and update ops are drawn first
@@ -624,6 +626,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       base.pool_dir = next();
     else if (a == "--pool-size")
       base.pool_size = std::stoull(next());
+    else if (a == "--prefault")
+      base.prefault = true;
     else if (a == "--delay-ns")
       base.delay_ns = static_cast<uint32_t>(std::stoul(next()));
     else if (a == "--capacity-hint")

@@ -307,6 +307,7 @@ Row Runner::base_row(const std::string& workload) const {
   r.values["key_size"] = double(ks_.key_size());
   r.values["value_size"] = double(ks_.value_size());
   r.values["delay_ns"] = c_.delay_ns;
+  if (c_.prefault) r.tags["prefault"] = "on";
   if (index_) r.tags["mode"] = mode_name(index_stats().mode);
   if (routed()) r.tags["routed"] = c_.routed == RunConfig::Routing::kHelp ? "help" : "own";
   if (page_bytes_) r.values["page_bytes"] = double(page_bytes_);
@@ -827,10 +828,12 @@ bool Runner::go(std::string* error) {
     opts_.format = c_.format;
     opts_.mode = c_.variant == "off" ? Mode::kNone : c_.mode;
     opts_.pm_write_delay_ns = c_.delay_ns;
+    opts_.prefault = c_.prefault;
     opts_.capacity_hint = c_.capacity_hint;
     opts_.params = c_.params;
     opts_.pool_size = pool_bytes();
     Status s = Index::open(path_, opts_, &index_);
+    opts_.prefault = false;  // at creation only: the recovery rows time reopening itself
     if (!s.ok()) {
       *error = "cannot open " + path_ + ": " + s.to_string();
       return false;

@@ -34,6 +34,7 @@ struct RunConfig {
   std::string pool_dir = "/dev/shm";
   uint64_t pool_size = 0;  // 0: sized from keys
   uint32_t delay_ns = 0;
+  bool prefault = false;  // --prefault
   uint64_t capacity_hint = 0;
   std::map<std::string, std::string> params;
   std::string label;  // free text naming the experiment (e.g. "scope=8")

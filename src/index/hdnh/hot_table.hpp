@@ -2,8 +2,6 @@
 // together, so that a probe touches one cache line on a miss and two on a hit.
 #pragma once
 
-#include <sys/mman.h>
-
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -54,19 +52,9 @@ inline Shape shape(int slots, bool variable) {
 }
 
 // HDNH's DRAM arrays are common::map_zeroed pages on transparent huge pages, faulted in by
-// whichever thread first writes them (recovery threads split the first touch, instead of
-// one thread zero-filling every array before the traversal; recovery faults the whole table
-// in, 2 MB per fault). Faults in bytes [from, to) of such a mapping writable, in one call
-// (recovery: a window just before its fill). A page first read maps the shared zero page, and the
-// write after it takes a second fault and a TLB shootdown; the fill reads a slot before writing it.
-// Best effort: a kernel without MADV_POPULATE_WRITE (< 5.14) faults the pages in as they are
-// written.
-inline void prefault_pages(void* base, uint64_t from, uint64_t to) {
-  constexpr uint64_t kPage = 4096;
-  from &= ~(kPage - 1);
-  to = (to + kPage - 1) & ~(kPage - 1);
-  if (to > from) (void)madvise(static_cast<char*>(base) + from, to - from, MADV_POPULATE_WRITE);
-}
+// whichever thread first writes them: recovery threads split the first touch (each faults
+// a window in just before its fill, common::prefault_pages) instead of one thread
+// zero-filling every array before the traversal.
 
 // One level's hot buckets (one mapping).
 struct Table {

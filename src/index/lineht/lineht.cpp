@@ -125,23 +125,23 @@ LineHT::Hashed LineHT::hashed(std::string_view key) const {
   return {h, items_.key_word(key, h), shard_of_hash(h), tag_of(h)};
 }
 
-// The filter of a shard from its PM buckets: each live slot's tag, and for each home bucket
-// the longest distance one of its keys lies from it. The words are the new bucket array's
-// (no reader can be reading them: the array's block was free for a grace period).
+// The filter of a shard from its PM buckets (its first use since open): each live slot's
+// tag, and for each home bucket the longest distance one of its keys lies from it. No reader
+// reads these words before the shard's DRAM word is set.
 void LineHT::build_filter(const Shard& v) const {
   uint64_t n = v.n;
-  std::vector<uint64_t> w(n, 0);
+  for (uint64_t i = 0; i < n; ++i) v.f[i].store(0, std::memory_order_relaxed);
   for (uint64_t i = 0; i < n; ++i) {
     uint64_t m = v.b0[i].load_meta();
     for (uint32_t mask = Bucket::valid(m); mask; mask &= mask - 1) {
       int pos = std::countr_zero(mask);
       uint64_t h = items_.slot_hash(load_word(v.b0[i].slots[pos].key));
-      w[i] = Filter::with_slot(w[i], pos, tag_of(h));
-      uint64_t hm = home(h, n), dist = (i + n - hm) % n;
-      if (dist > Filter::reach(w[hm])) w[hm] = Filter::with_reach(w[hm], uint32_t(dist));
+      v.f[i].store(Filter::with_slot(v.word(i), pos, tag_of(h)), std::memory_order_relaxed);
+      uint64_t hm = home(h, n), dist = (i + n - hm) % n, hw = v.word(hm);
+      if (dist > Filter::reach(hw))
+        v.f[hm].store(Filter::with_reach(hw, uint32_t(dist)), std::memory_order_relaxed);
     }
   }
-  for (uint64_t i = 0; i < n; ++i) v.f[i].store(w[i], std::memory_order_relaxed);
 }
 
 LineHT::Shard LineHT::locked_view(uint32_t shard) {
@@ -342,22 +342,47 @@ void LineHT::prefetch_key(std::string_view key) const {
   __builtin_prefetch(&v.f[hm], 1);
 }
 
+// Under the shard's lock. A shard without a free slot in the key's probe sequence resizes,
+// with a spare bucket array reserved and faulted in while the lock was released: a resize
+// into fresh pool pages otherwise spent most of its time in page faults with the lock held,
+// while the shard's other writers waited (docs/schemes/lineht.md "Growing from empty").
 Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
-  Locked lock(locks_[k.shard]);
+  Spare spare(alloc_);
   for (;;) {
-    Shard v = locked_view(k.shard);
-    Place at = find_locked(v, k, key);
-    if (at.found()) {
-      if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
-      return update_at(v, k, at, key, value);
+    uint64_t full;  // the bucket count of the shard found full
+    {
+      Locked lock(locks_[k.shard]);
+      Shard v = locked_view(k.shard);
+      Place at = find_locked(v, k, key);
+      if (at.found()) {
+        if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
+        return update_at(v, k, at, key, value);
+      }
+      if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+      at = free_slot(v, home(k.h, v.n));
+      if (at.found()) return insert_at(v, k, at, key, value);
+      if (spare.tried) {  // look again, all under the lock: the shard may have changed
+        Status s = resize(k.shard, &spare.r);
+        if (!s.ok()) return s;
+        continue;
+      }
+      full = v.n;
     }
-    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
-    at = free_slot(v, home(k.h, v.n));
-    if (at.found()) return insert_at(v, k, at, key, value);
-    Status s = resize(k.shard);  // no free slot within the probe bound
-    if (!s.ok()) return s;
+    prepare_spare(spare, 2 * full);
   }
+}
+
+// Without the shard's lock: the array for `buckets` buckets reserved (nothing is published;
+// a crash leaves the block free) and its pool pages faulted in.
+void LineHT::prepare_spare(Spare& spare, uint64_t buckets) {
+  spare.tried = true;
+  if (buckets > kMaxShardBuckets) return;  // resize() reports it
+  spare.r = alloc_.reserve(buckets * sizeof(Bucket));
+  if (!spare.r) return;
+  PMHASH_CHAOS();  // tests: a wider window in which other writers find the shard full too
+  common::prefault_pages(pool_.ptr<char>(spare.r.off), spare.r.size);
+  bump(tstats_[threads_.id()].spares);
 }
 
 // The valid bit cleared and the sequence advanced in one 8-byte store, persisted before the
@@ -377,13 +402,17 @@ Status LineHT::remove(std::string_view key) {
   return Status::Ok();
 }
 
-bool LineHT::place(Bucket* b0, uint64_t n, const Slot& s) const {
-  uint64_t hm = home(items_.slot_hash(s.key), n);
+// A resize's placement of one slot into a DRAM bucket array `b0` of n buckets and its filter
+// words `fw` (its tag, and its home's reach), the hash computed once for both.
+bool LineHT::place(Bucket* b0, uint64_t* fw, uint64_t n, const Slot& s) const {
+  uint64_t h = items_.slot_hash(s.key), hm = home(h, n);
   for (uint64_t d = 0, j = hm; d < probe(n); ++d, j = j + 1 == n ? 0 : j + 1) {
     int pos = Bucket::free_slot(b0[j].meta);
     if (pos < 0) continue;
     b0[j].slots[pos] = s;
     b0[j].meta = Bucket::make(Bucket::valid(b0[j].meta) | (1u << pos), 0);
+    fw[j] = Filter::with_slot(fw[j], pos, tag_of(h));
+    if (d > Filter::reach(fw[hm])) fw[hm] = Filter::with_reach(fw[hm], uint32_t(d));
     return true;
   }
   return false;
@@ -394,9 +423,10 @@ bool LineHT::place(Bucket* b0, uint64_t n, const Slot& s) const {
 // readers, then the directory word, the allocation and the old shard's free commit at once.
 // Readers still on the old shard keep reading it and its filter (both unchanged) until their
 // grace period ends: only then can the allocator hand its block, and so its filter words, out.
-Status LineHT::resize(uint32_t shard) {
+Status LineHT::resize(uint32_t shard, pm::Reservation* spare) {
   Shard old = shard_of(words_[shard].load(std::memory_order_relaxed));
   std::vector<Slot> live;
+  live.reserve(old.n * kSlots);
   for (uint64_t i = 0; i < old.n; ++i) {
     const Bucket& b = old.b0[i];
     for (uint32_t mask = Bucket::valid(b.meta); mask; mask &= mask - 1)
@@ -407,24 +437,34 @@ Status LineHT::resize(uint32_t shard) {
                         ? table_load_factor()  // before this resize changes the capacity
                         : -1;
   std::vector<Bucket> nb;
+  std::vector<uint64_t> fw;  // its filter words
   uint64_t nn = old.n * 2;
   for (;; nn *= 2) {
     if (nn > kMaxShardBuckets)
       return {Code::kPoolFull, "lineht: shard " + std::to_string(shard) + " cannot grow further"};
     nb.assign(nn, Bucket{});
+    fw.assign(nn, 0);
     bool ok = true;
     for (const Slot& s : live)
-      if (!(ok = place(nb.data(), nn, s))) break;
+      if (!(ok = place(nb.data(), fw.data(), nn, s))) break;
     if (ok) break;
   }
-  pm::Reservation r = alloc_.reserve(nn * sizeof(Bucket));
+  pm::Reservation r;
+  if (*spare && spare->size >= nn * sizeof(Bucket)) {
+    std::swap(r, *spare);
+    bump(tstats_[threads_.id()].spares_used);
+  }
+  if (!r) r = alloc_.reserve(nn * sizeof(Bucket));
   if (!r)
     return {Code::kPoolFull,
             "pool full: cannot resize a shard to " + std::to_string(nn) + " buckets"};
   const pm::Persister& p = pool_.persister();
   p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
   p.fence();
-  build_filter(shard_of(pack(nn, r.off)));
+  // The new array's filter words (no reader can be reading them: the array's block was free
+  // for a grace period).
+  Shard v = shard_of(pack(nn, r.off));
+  for (uint64_t i = 0; i < nn; ++i) v.f[i].store(fw[i], std::memory_order_relaxed);
   words_[shard].store(pack(nn, r.off), std::memory_order_release);  // the filter first
   pm::Tx tx(alloc_);
   tx.publish(r);
@@ -496,6 +536,7 @@ uint64_t LineHT::dram_bytes() const {
 
 void LineHT::counters(std::map<std::string, double>* out) const {
   uint64_t rd = 0, pr = 0, rs = 0, mv = 0, rt = 0, fw = 0, fl = 0, oh = 0, hits = 0, hd = 0;
+  uint64_t sp = 0, spu = 0;
   double lf_sum = 0, lf_min = 1;
   for (unsigned t = 0; t < threads_.high_water(); ++t) {
     const ThreadStats& ts = tstats_[t];
@@ -504,6 +545,8 @@ void LineHT::counters(std::map<std::string, double>* out) const {
     rs += ts.resizes.load(std::memory_order_relaxed);
     mv += ts.moved.load(std::memory_order_relaxed);
     rt += ts.retries.load(std::memory_order_relaxed);
+    sp += ts.spares.load(std::memory_order_relaxed);
+    spu += ts.spares_used.load(std::memory_order_relaxed);
     fw += ts.filter_words.load(std::memory_order_relaxed);
     fl += ts.filter_lines.load(std::memory_order_relaxed);
     oh += ts.off_home.load(std::memory_order_relaxed);
@@ -522,7 +565,9 @@ void LineHT::counters(std::map<std::string, double>* out) const {
   (*out)["hit_distance"] = double(hd);  // buckets from home, summed over hits
   (*out)["shard_resizes"] = double(rs);
   (*out)["records_moved"] = double(mv);
-  (*out)["resize_lf_sum"] = lf_sum;  // a phase's mean: d.resize_lf_sum / d.shard_resizes
+  (*out)["resize_spares"] = double(sp);        // arrays reserved before taking the lock
+  (*out)["resize_spares_used"] = double(spu);  // the rest were given back
+  (*out)["resize_lf_sum"] = lf_sum;            // a phase's mean: d.resize_lf_sum / d.shard_resizes
   (*out)["resize_lf_mean"] = rs ? lf_sum / double(rs) : 0;
   (*out)["resize_lf_min"] = rs ? lf_min : 0;
   double first = first_resize_table_lf_.load(std::memory_order_relaxed);

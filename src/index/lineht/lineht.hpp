@@ -95,6 +95,7 @@ class LineHT final : public Scheme {
   };
   struct alignas(64) ThreadStats {
     std::atomic<uint64_t> pm_reads{0}, reads{0}, resizes{0}, moved{0}, retries{0};
+    std::atomic<uint64_t> spares{0}, spares_used{0};  // LineHT::prepare_spare, resize
     // What a filtered lookup read (exact): filter words, the DRAM lines holding them, PM
     // lines other than the (prefetched) home line; hits and their distance from home.
     std::atomic<uint64_t> filter_words{0}, filter_lines{0}, off_home{0}, hits{0}, hit_distance{0};
@@ -127,6 +128,23 @@ class LineHT final : public Scheme {
   Shard shard_of(uint64_t packed) const {
     return {packed, packed_count(packed), buckets(packed), filter_ + packed_offset(packed) / 64};
   }
+  // A bucket array reserved, and its pages faulted in, for a shard's next resize before the
+  // shard's lock is taken; given back unless the resize takes it (LineHT::put).
+  class Spare {
+   public:
+    explicit Spare(pm::Allocator& a) : a_(a) {}
+    ~Spare() {
+      if (r) a_.cancel(r);
+    }
+    Spare(const Spare&) = delete;
+    Spare& operator=(const Spare&) = delete;
+    pm::Reservation r;
+    bool tried = false;  // one per call: a second full shard resizes with the lock held
+
+   private:
+    pm::Allocator& a_;
+  };
+
   Shard view(uint32_t shard);         // the shard, its filter built on first use
   Shard locked_view(uint32_t shard);  // the same, caller holds the shard's write lock
   uint64_t current(uint64_t shard) const;
@@ -140,11 +158,12 @@ class LineHT final : public Scheme {
                    std::string_view value);
   Status update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                    std::string_view value);
-  Status resize(uint32_t shard);  // caller holds the shard's write lock
+  void prepare_spare(Spare& spare, uint64_t buckets);
+  Status resize(uint32_t shard, pm::Reservation* spare);  // caller holds the shard's lock
   void count_resize(ThreadStats& ts, double shard_lf, double table_lf, uint64_t moved);
   double table_load_factor() const;  // of a table created by this instance (else -1)
   void count_lookup(ThreadStats& ts, const Shard& v, uint64_t hm, uint64_t last, bool hit) const;
-  bool place(Bucket* b0, uint64_t n, const common::Slot& s) const;
+  bool place(Bucket* b0, uint64_t* fw, uint64_t n, const common::Slot& s) const;
   bool check_shard(uint64_t s, std::string* report) const;
   static void bump(std::atomic<uint64_t>& c, uint64_t d = 1) {
     c.store(c.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
