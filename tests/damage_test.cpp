@@ -1021,6 +1021,37 @@ TEST(Damage, LineHTShardPointingNowhereIsRefusedAtOpen) {
     }
 }
 
+// A shard word damaged into another live block's offset: every word names an allocated
+// block of its size, so only a check that no two objects share a block sees it. Shard 1
+// made to name shard 0's array, and then the directory's own block: both refused, before
+// and after a crash (whose sweep would otherwise free shard 1's real array), the file
+// unchanged.
+TEST(Damage, LineHTShardNamingAnotherLiveBlockIsRefusedAtOpen) {
+  for (Format f : {Format::kFixed, Format::kVariable})
+    for (bool crashed : {false, true})
+      for (bool directory : {false, true}) {
+        SchemeFormat sf{"lineht", f};
+        SCOPED_TRACE(param_name(sf) + (crashed ? ", after a crash" : ", after a clean close") +
+                     (directory ? ", the directory's block" : ", shard 0's block"));
+        TempPool p;
+        std::vector<char> bytes = make_pool(p.path, sf, 6);
+        ASSERT_FALSE(bytes.empty());
+        const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
+        ASSERT_EQ(r.nshards, 2u);
+        uint64_t shard0 = word_at(bytes, r.directory);
+        uint64_t target = directory ? lineht::pack(1, r.directory) : shard0;
+        set_word(&bytes, r.directory + 8, target);
+        if (crashed) set_word(&bytes, pm::kMutableHeaderOffset, 0);
+        write_bytes(p.path, bytes);
+        std::unique_ptr<Index> idx;
+        Status s = reopen(p.path, sf, false, &idx);
+        EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+        EXPECT_NE(s.message().find("two objects name the block"), std::string::npos)
+            << s.to_string();
+        EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+      }
+}
+
 TEST(Damage, SmartHTBadChainPointerIsReportedNotFollowed) {
   smash_and_use({"smartht", Format::kFixed}, 64, 56, 0xffffffffffffffffull);
 }

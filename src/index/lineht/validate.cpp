@@ -1,10 +1,28 @@
 // Read-only validation before open (SchemeFactory::validate): the root, the directory and
 // every shard it points to. Mirrors LineHT::open's checks without changing anything.
+#include <algorithm>
 #include <bit>
+#include <vector>
 
 #include "index/lineht/lineht.hpp"
 
 namespace pmhash::lineht {
+
+// Every shard word names an allocated block of its size (checked before), and no two name
+// the same one, nor the root's or the directory's: a word damaged into another live block's
+// offset would make two shards write one array, and a crash open's sweep would free the
+// block the damaged word lost. (A 1-bucket shard's word damaged into a variable-format
+// item's block is not caught: that needs every slot.)
+Status shards_distinct(const SchemeContext& ctx, const Root* r, const uint64_t* d) {
+  std::vector<uint64_t> offs(r->nshards);
+  for (uint64_t s = 0; s < r->nshards; ++s) offs[s] = packed_offset(d[s]);
+  offs.push_back(ctx.pool.root());
+  offs.push_back(r->directory);
+  std::sort(offs.begin(), offs.end());
+  auto twice = std::adjacent_find(offs.begin(), offs.end());
+  if (twice == offs.end()) return Status::Ok();
+  return damaged(ctx, "lineht", "two objects name the block at offset " + std::to_string(*twice));
+}
 
 Status validate(const SchemeContext& ctx) {
   const Root* r = existing_root<Root>(ctx, kRootMagic);
@@ -23,7 +41,7 @@ Status validate(const SchemeContext& ctx) {
                      "shard " + std::to_string(s) + " points nowhere (offset " +
                          std::to_string(packed_offset(d[s])) + ", " +
                          std::to_string(packed_count(d[s])) + " buckets)");
-  return Status::Ok();
+  return shards_distinct(ctx, r, d);
 }
 
 // Items in the buckets, counting up to `enough` (Index::open compares them with the live
