@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -240,11 +241,18 @@ TEST(Pool, PrefaultBacksEveryPageOfThePoolAtOpen) {
   EXPECT_TRUE(idx->check().ok());
 }
 
+uint64_t file_system_free(const std::string& dir) {
+  struct statfs fs {};
+  return statfs(dir.c_str(), &fs) == 0 ? uint64_t(fs.f_bavail) * uint64_t(fs.f_bsize) : 0;
+}
+
 // A pool larger than the room left on its file system (a sparse file: creating it and
 // using its first pages works) is refused by an open with prefault, instead of a write
-// into an unbacked page killing the process with SIGBUS later. Creation leaves no file
-// behind; a refused reopen changes nothing, and a reopen without prefault still works.
-// Needs a small tmpfs: skipped where this process may not mount one.
+// into an unbacked page killing the process with SIGBUS later. A refused creation leaves no
+// file; a refused reopen leaves the file and the file system's free space as they were (a
+// populate that ran until the space ran out filled the file system: helper-19's review);
+// a reopen without prefault still works. Needs a small tmpfs: skipped where this process
+// may not mount one.
 TEST(Pool, PrefaultRefusesAPoolItsFileSystemCannotHold) {
   std::string dir = temp_pool_path("tinyfs");
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
@@ -253,10 +261,20 @@ TEST(Pool, PrefaultRefusesAPoolItsFileSystemCannotHold) {
     GTEST_SKIP() << "cannot mount a tmpfs here (not root?)";
   }
   std::string path = dir + "/pool";
+  std::unique_ptr<Index> idx;
+  struct Cleanup {  // also when an assertion returns early
+    std::unique_ptr<Index>& idx;
+    std::string path, dir;
+    ~Cleanup() {
+      idx.reset();
+      unlink(path.c_str());
+      umount(dir.c_str());
+      rmdir(dir.c_str());
+    }
+  } cleanup{idx, path, dir};
   Options o = small_options("lineht", Format::kFixed);
   o.pool_size = 64u << 20;
   o.prefault = true;
-  std::unique_ptr<Index> idx;
   Status s = Index::open(path, o, &idx);
   EXPECT_EQ(s.code(), Code::kIoError) << s.to_string();
   EXPECT_NE(s.message().find("no room"), std::string::npos) << s.message();
@@ -264,23 +282,24 @@ TEST(Pool, PrefaultRefusesAPoolItsFileSystemCannotHold) {
   EXPECT_NE(access(path.c_str(), F_OK), 0) << "a refused creation left a file";
 
   o.prefault = false;
+  idx.reset();
   ASSERT_TRUE(Index::open(path, o, &idx).ok());
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(idx->insert(make_key(i, true), make_key(i, true)).ok());
   ASSERT_TRUE(idx->close().ok());
   idx.reset();
   std::vector<char> before = read_file(path);
+  uint64_t free_before = file_system_free(dir), backed_before = file_bytes_backed(path);
   o.prefault = true;
   s = Index::open(path, o, &idx);
   EXPECT_EQ(s.code(), Code::kIoError) << s.to_string();
   EXPECT_EQ(read_file(path), before) << "the refused open changed the file";
+  EXPECT_EQ(file_system_free(dir), free_before) << "the refused open used the file system's room";
+  EXPECT_EQ(file_bytes_backed(path), backed_before);
   o.prefault = false;
+  idx.reset();
   ASSERT_TRUE(Index::open(path, o, &idx).ok());
   EXPECT_EQ(idx->size(), 100u);
   EXPECT_TRUE(idx->close().ok());
-  idx.reset();
-  unlink(path.c_str());
-  umount(dir.c_str());
-  rmdir(dir.c_str());
 }
 
 TEST(Pool, ReopenAfterCleanCloseKeepsEverything) {

@@ -375,12 +375,30 @@ Status Pool::map(const PoolArgs& args) {
   return Status::Ok();
 }
 
-// Options::prefault: every page faulted in writable, what they hold unchanged. EINVAL is a
-// kernel without MADV_POPULATE_WRITE (< 5.14): then pages fault in as they are written.
+// Options::prefault. First the room: the pages the file lacks must fit in what its file
+// system has free, checked before anything is allocated (a refusal then leaves the file
+// system as it was), then allocated (fallocate: a file system that cannot is skipped).
+// Then every page faulted in writable, what they hold unchanged — but in msync mode, where
+// that would dirty every page and write the whole pool back. EINVAL from the populate is a
+// kernel without MADV_POPULATE_WRITE (< 5.14), or a mapping it cannot populate: then pages
+// fault in as they are written.
 Status Pool::prefault() {
+  struct stat st {};
+  struct statfs fs {};
+  if (fstat(fd_, &st) == 0 && fstatfs(fd_, &fs) == 0) {
+    uint64_t backed = uint64_t(st.st_blocks) * 512;
+    uint64_t need = size_ > backed ? size_ - backed : 0;
+    uint64_t free = uint64_t(fs.f_bavail) * uint64_t(fs.f_bsize);
+    if (need > free)
+      return {Code::kIoError, "no room to prefault '" + path_ + "': it needs " +
+                                  std::to_string(need) + " more bytes, its file system has " +
+                                  std::to_string(free) + " free"};
+  }
+  if (fallocate(fd_, 0, 0, static_cast<off_t>(size_)) != 0 && errno != EOPNOTSUPP)
+    return {Code::kIoError, errno_text("no room to prefault the pool", path_)};
+  if (mode_ == Mode::kMsync) return Status::Ok();
   if (madvise(base_, size_, MADV_POPULATE_WRITE) == 0 || errno == EINVAL) return Status::Ok();
-  return {Code::kIoError,
-          errno_text("cannot fault in the pool (no room on its file system?)", path_)};
+  return {Code::kIoError, errno_text("cannot fault in the pool", path_)};
 }
 
 // Creation is atomic as the next open sees it: the file is emptied, its first 8 bytes become

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 #include <optional>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -35,6 +36,8 @@ LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
       locks_map_(nshards_ * sizeof(uint32_t)),
       words_(words_map_.as<std::atomic<uint64_t>>()),
       locks_(locks_map_.as<std::atomic<uint32_t>>()),
+      preparing_map_(nshards_),
+      preparing_(preparing_map_.as<std::atomic<uint8_t>>()),
       // Huge pages where the kernel allows: a lookup's filter line then rarely costs a TLB
       // miss too.
       filter_map_(pool_.size() / 64 * sizeof(uint64_t), /*huge=*/true),
@@ -342,10 +345,11 @@ void LineHT::prefetch_key(std::string_view key) const {
   __builtin_prefetch(&v.f[hm], 1);
 }
 
-// Under the shard's lock. A shard without a free slot in the key's probe sequence resizes,
-// with a spare bucket array reserved and faulted in while the lock was released: a resize
-// into fresh pool pages otherwise spent most of its time in page faults with the lock held,
-// while the shard's other writers waited (docs/schemes/lineht.md "Growing from empty").
+// Under the shard's lock, but for a resize's preparation: a shard without a free slot in the
+// key's probe sequence resizes into a spare bucket array that one writer reserved and faulted
+// in while the lock was released (a resize into fresh pool pages otherwise spent most of its
+// time in page faults with the lock held, while the shard's other writers waited;
+// docs/schemes/lineht.md "Growing from empty (session 15)").
 Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
   Hashed k = hashed(key);
   Spare spare(alloc_);
@@ -369,8 +373,26 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
       }
       full = v.n;
     }
-    prepare_spare(spare, 2 * full);
+    if (claim_spare(spare, k.shard)) prepare_spare(spare, 2 * full);
   }
+}
+
+// One writer per shard prepares a spare: a spare per waiting writer held pool space that the
+// resize then lacked (kPoolFull with room in the pool; helper-19's review). The others wait
+// until it has resized or given up, then look again.
+bool LineHT::claim_spare(Spare& spare, uint32_t shard) {
+  std::atomic<uint8_t>& flag = preparing_[shard];
+  uint8_t free = 0;
+  if (flag.compare_exchange_strong(free, 1, std::memory_order_acquire)) {
+    spare.claim = &flag;
+    return true;
+  }
+  for (int spins = 0; flag.load(std::memory_order_acquire) != 0; ++spins)
+    if (spins < 64)
+      common::cpu_relax();
+    else
+      std::this_thread::yield();
+  return false;
 }
 
 // Without the shard's lock: the array for `buckets` buckets reserved (nothing is published;
@@ -380,6 +402,10 @@ void LineHT::prepare_spare(Spare& spare, uint64_t buckets) {
   if (buckets > kMaxShardBuckets) return;  // resize() reports it
   spare.r = alloc_.reserve(buckets * sizeof(Bucket));
   if (!spare.r) return;
+  spare.held = &spares_held_;
+  int held = spares_held_.fetch_add(1, std::memory_order_relaxed) + 1;
+  for (int m = spares_held_max_.load(std::memory_order_relaxed); held > m;)
+    if (spares_held_max_.compare_exchange_weak(m, held, std::memory_order_relaxed)) break;
   PMHASH_CHAOS();  // tests: a wider window in which other writers find the shard full too
   common::prefault_pages(pool_.ptr<char>(spare.r.off), spare.r.size);
   bump(tstats_[threads_.id()].spares);
@@ -526,7 +552,7 @@ uint64_t LineHT::capacity_slots() const {
 
 uint64_t LineHT::dram_bytes() const {
   pm::Epochs::Guard guard(epochs_);
-  uint64_t total = nshards_ * (sizeof(uint64_t) + sizeof(uint32_t));
+  uint64_t total = nshards_ * (sizeof(uint64_t) + sizeof(uint32_t) + sizeof(uint8_t));
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t w = words_[s].load(std::memory_order_acquire);
     if (w != 0) total += packed_count(w) * sizeof(uint64_t);  // the filter words in use
@@ -567,7 +593,8 @@ void LineHT::counters(std::map<std::string, double>* out) const {
   (*out)["records_moved"] = double(mv);
   (*out)["resize_spares"] = double(sp);        // arrays reserved before taking the lock
   (*out)["resize_spares_used"] = double(spu);  // the rest were given back
-  (*out)["resize_lf_sum"] = lf_sum;            // a phase's mean: d.resize_lf_sum / d.shard_resizes
+  (*out)["resize_spares_max_held"] = double(spares_held_max_.load(std::memory_order_relaxed));
+  (*out)["resize_lf_sum"] = lf_sum;  // a phase's mean: d.resize_lf_sum / d.shard_resizes
   (*out)["resize_lf_mean"] = rs ? lf_sum / double(rs) : 0;
   (*out)["resize_lf_min"] = rs ? lf_min : 0;
   double first = first_resize_table_lf_.load(std::memory_order_relaxed);

@@ -129,16 +129,21 @@ class LineHT final : public Scheme {
     return {packed, packed_count(packed), buckets(packed), filter_ + packed_offset(packed) / 64};
   }
   // A bucket array reserved, and its pages faulted in, for a shard's next resize before the
-  // shard's lock is taken; given back unless the resize takes it (LineHT::put).
+  // shard's lock is taken; given back unless the resize takes it (LineHT::put). `claim`: the
+  // shard's preparing flag this writer holds, let go after the spare.
   class Spare {
    public:
     explicit Spare(pm::Allocator& a) : a_(a) {}
     ~Spare() {
       if (r) a_.cancel(r);
+      if (held != nullptr) held->fetch_sub(1, std::memory_order_relaxed);
+      if (claim != nullptr) claim->store(0, std::memory_order_release);
     }
     Spare(const Spare&) = delete;
     Spare& operator=(const Spare&) = delete;
     pm::Reservation r;
+    std::atomic<uint8_t>* claim = nullptr;
+    std::atomic<int>* held = nullptr;  // LineHT::spares_held_, while this spare is
     bool tried = false;  // one per call: a second full shard resizes with the lock held
 
    private:
@@ -158,6 +163,7 @@ class LineHT final : public Scheme {
                    std::string_view value);
   Status update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                    std::string_view value);
+  bool claim_spare(Spare& spare, uint32_t shard);
   void prepare_spare(Spare& spare, uint64_t buckets);
   Status resize(uint32_t shard, pm::Reservation* spare);  // caller holds the shard's lock
   void count_resize(ThreadStats& ts, double shard_lf, double table_lf, uint64_t moved);
@@ -179,12 +185,16 @@ class LineHT final : public Scheme {
   uint64_t* dir_;
   uint64_t nshards_, probe_;
   bool use_filter_, prefetch_;
-  // Per shard, dense (12 bytes, so the directory stays in cache): the shard word the DRAM
-  // side was built for (0: not yet since open; lazy rebuild) and the shard's write lock.
+  // Per shard, dense (13 bytes with the flag below, so the directory stays in cache): the
+  // shard word the DRAM side was built for (0: not yet since open; lazy rebuild) and the
+  // shard's write lock.
   // Zero pages until used: opening zeroes nothing per shard.
   common::ZeroedMap words_map_, locks_map_;
   std::atomic<uint64_t>* words_;
   std::atomic<uint32_t>* locks_;
+  // Per shard: 1 while a writer prepares a spare for its resize (LineHT::claim_spare).
+  common::ZeroedMap preparing_map_;
+  std::atomic<uint8_t>* preparing_;
   // The filter words, one per 64-byte line of the pool (touched only where bucket arrays
   // lie): a shard's filter is addressed from its shard word.
   common::ZeroedMap filter_map_;
@@ -194,6 +204,9 @@ class LineHT final : public Scheme {
   // inserts and removes, so the table's load factor at its first resize can be reported.
   bool fresh_ = false;
   std::atomic<double> first_resize_table_lf_{-1};
+  // Spares prepared and not yet used or given back, and the most at once (at most one per
+  // shard: claim_spare; `resize_spares_max_held`).
+  std::atomic<int> spares_held_{0}, spares_held_max_{0};
 };
 
 }  // namespace pmhash::lineht
