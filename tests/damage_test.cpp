@@ -1000,24 +1000,38 @@ TEST(Damage, PmehZeroedSegmentHeaderIsCorruptedAtItsFirstAccess) {
 // close and after a crash, in both formats, and the file is unchanged. (A check at the
 // shard's first use instead, tried in session 14, was unsound: a word naming a block that
 // is free at open passes once a later resize or item takes that block.)
+// A two-shard LineHT pool of `sf` with shard 1's directory word replaced by what `damage`
+// returns (given the pool's bytes and root), closed cleanly or crashed: the open is refused
+// as corrupted with a message containing `why`, and the file is unchanged.
+template <class Damage>
+void expect_lineht_shard1_refused(const SchemeFormat& sf, bool crashed, Damage damage,
+                                  const std::string& why) {
+  TempPool p;
+  std::vector<char> bytes = make_pool(p.path, sf, 6);
+  ASSERT_FALSE(bytes.empty());
+  const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
+  ASSERT_EQ(r.nshards, 2u);
+  set_word(&bytes, r.directory + 8, damage(bytes, r));
+  if (crashed) set_word(&bytes, pm::kMutableHeaderOffset, 0);
+  write_bytes(p.path, bytes);
+  std::unique_ptr<Index> idx;
+  Status s = reopen(p.path, sf, false, &idx);
+  EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+  EXPECT_NE(s.message().find(why), std::string::npos) << s.to_string();
+  EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+}
+
 TEST(Damage, LineHTShardPointingNowhereIsRefusedAtOpen) {
   for (Format f : {Format::kFixed, Format::kVariable})
     for (bool crashed : {false, true}) {
       SchemeFormat sf{"lineht", f};
       SCOPED_TRACE(param_name(sf) + (crashed ? ", after a crash" : ", after a clean close"));
-      TempPool p;
-      std::vector<char> bytes = make_pool(p.path, sf, 6);
-      ASSERT_FALSE(bytes.empty());
-      const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
-      ASSERT_EQ(r.nshards, 2u);
-      set_word(&bytes, r.directory + 8, lineht::pack(4, 64));  // 4 buckets at offset 64: no block
-      if (crashed) set_word(&bytes, pm::kMutableHeaderOffset, 0);
-      write_bytes(p.path, bytes);
-      std::unique_ptr<Index> idx;
-      Status s = reopen(p.path, sf, false, &idx);
-      EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
-      EXPECT_NE(s.message().find("shard 1 points nowhere"), std::string::npos) << s.to_string();
-      EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+      expect_lineht_shard1_refused(
+          sf, crashed,
+          [](const std::vector<char>&, const lineht::Root&) {
+            return lineht::pack(4, 64);  // 4 buckets at offset 64: no block
+          },
+          "shard 1 points nowhere");
     }
 }
 
@@ -1033,21 +1047,12 @@ TEST(Damage, LineHTShardNamingAnotherLiveBlockIsRefusedAtOpen) {
         SchemeFormat sf{"lineht", f};
         SCOPED_TRACE(param_name(sf) + (crashed ? ", after a crash" : ", after a clean close") +
                      (directory ? ", the directory's block" : ", shard 0's block"));
-        TempPool p;
-        std::vector<char> bytes = make_pool(p.path, sf, 6);
-        ASSERT_FALSE(bytes.empty());
-        const auto& r = at<lineht::Root>(bytes, word_at(bytes, kRootWordOffset));
-        ASSERT_EQ(r.nshards, 2u);
-        uint64_t shard0 = word_at(bytes, r.directory);
-        uint64_t target = directory ? lineht::pack(1, r.directory) : shard0;
-        set_word(&bytes, r.directory + 8, target);
-        if (crashed) set_word(&bytes, pm::kMutableHeaderOffset, 0);
-        write_bytes(p.path, bytes);
-        std::unique_ptr<Index> idx;
-        Status s = reopen(p.path, sf, false, &idx);
-        EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
-        EXPECT_NE(s.message().find("shard 1 names the block"), std::string::npos) << s.to_string();
-        EXPECT_TRUE(read_file(p.path) == bytes) << "a refused open changed the file";
+        expect_lineht_shard1_refused(
+            sf, crashed,
+            [directory](const std::vector<char>& bytes, const lineht::Root& r) {
+              return directory ? lineht::pack(1, r.directory) : word_at(bytes, r.directory);
+            },
+            "shard 1 names the block");
       }
 }
 

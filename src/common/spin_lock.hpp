@@ -15,18 +15,29 @@ inline void cpu_relax() {
 #endif
 }
 
-// Word 0: free; 1: held. Spins briefly, then yields (more threads than cores).
+// The wait of every spin loop here: spins briefly, then yields (more threads than cores).
+inline void spin_backoff(int spins) {
+  if (spins < 64)
+    cpu_relax();
+  else
+    std::this_thread::yield();
+}
+
+// Word 0: free; 1: held.
 inline void lock_word(std::atomic<uint32_t>& w) {
   for (int spins = 0;; ++spins) {
     uint32_t expect = 0;
     if (w.load(std::memory_order_relaxed) == 0 &&
         w.compare_exchange_weak(expect, 1, std::memory_order_acquire))
       return;
-    if (spins < 64)
-      cpu_relax();
-    else
-      std::this_thread::yield();
+    spin_backoff(spins);
   }
+}
+
+// Waits until a flag another thread holds is let go (acquire: what it wrote before is seen).
+template <class T>
+inline void wait_while_set(const std::atomic<T>& flag) {
+  for (int spins = 0; flag.load(std::memory_order_acquire) != 0; ++spins) spin_backoff(spins);
 }
 inline bool try_lock_word(std::atomic<uint32_t>& w) {
   uint32_t expect = 0;

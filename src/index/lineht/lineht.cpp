@@ -4,7 +4,6 @@
 #include <cstring>
 #include <new>
 #include <optional>
-#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -387,11 +386,7 @@ bool LineHT::claim_spare(Spare& spare, uint32_t shard) {
     spare.claim = &flag;
     return true;
   }
-  for (int spins = 0; flag.load(std::memory_order_acquire) != 0; ++spins)
-    if (spins < 64)
-      common::cpu_relax();
-    else
-      std::this_thread::yield();
+  common::wait_while_set(flag);
   return false;
 }
 

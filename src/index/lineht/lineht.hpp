@@ -143,7 +143,7 @@ class LineHT final : public Scheme {
     Spare& operator=(const Spare&) = delete;
     pm::Reservation r;
     std::atomic<uint8_t>* claim = nullptr;
-    std::atomic<int>* held = nullptr;  // LineHT::spares_held_, while this spare is
+    std::atomic<int>* held = nullptr;  // LineHT::spares_held_, which counts it while it lives
     bool tried = false;  // one per call: a second full shard resizes with the lock held
 
    private:
