@@ -336,7 +336,6 @@ static Status open_index_resolved(const std::string& path, const Options& option
   pa.format = options.format;
   pa.mode = options.mode;
   pa.delay_ns = options.pm_write_delay_ns;
-  pa.prefault = options.prefault;
   pa.create = options.create;
   pa.pool_size = options.pool_size;
   if (hooks.chunk_size != 0) pa.chunk_size = hooks.chunk_size;
@@ -368,6 +367,14 @@ static Status open_index_resolved(const std::string& path, const Options& option
   bool fresh = false;
   s = validate_before_open(ctx, *f, hooks.report, &fresh, &pa);
   if (!s.ok()) return s;
+  // Prefaulted only once validated: a refused pool's file keeps its size on disk.
+  if (options.prefault && !pool.read_only()) {
+    s = pool.prefault();
+    if (!s.ok()) {
+      if (fresh) pool.abandon_creation();
+      return s;
+    }
+  }
 
   // Validated: from here on the file is ours. Mark it in use, so a crash from now on means
   // recovery; then the allocator's and the scheme's recovery.

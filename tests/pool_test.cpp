@@ -1,6 +1,7 @@
 // Every bad input gets a distinct status with a message, and leaves the file unchanged.
 #include "pm/pool.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -239,6 +240,37 @@ TEST(Pool, PrefaultBacksEveryPageOfThePoolAtOpen) {
   ASSERT_TRUE(s.ok()) << s.to_string();
   EXPECT_EQ(idx->size(), 1000u);
   EXPECT_TRUE(idx->check().ok());
+}
+
+// A pool the scheme refuses as damaged is refused before prefault runs: its sparse file
+// keeps its bytes and its backed size (prefault used to run when the pool was mapped,
+// before the scheme's validation, so a refused open grew the file to the pool's size).
+TEST(Pool, PrefaultLeavesADamagedPoolItRefusesSparse) {
+  const uint64_t size = 32u << 20;
+  TempPool p;
+  Options o = small_options("lineht", Format::kFixed);
+  o.pool_size = size;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(idx->insert(make_key(i, true), make_key(i, true)).ok());
+  ASSERT_TRUE(idx->close().ok());
+  idx.reset();
+  // Damage the scheme's root object (its first word, the magic) in place, one word only.
+  int fd = ::open(p.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint64_t root = 0, junk = 0x4141414141414141ull;
+  ASSERT_EQ(pread(fd, &root, 8, pm::kMutableHeaderOffset + 8), 8);
+  ASSERT_NE(root, 0u);
+  ASSERT_EQ(pwrite(fd, &junk, 8, static_cast<off_t>(root)), 8);
+  ::close(fd);
+  std::vector<char> before = read_file(p.path);
+  uint64_t backed = file_bytes_backed(p.path);
+  ASSERT_LT(backed, size / 2) << "the pool is not sparse: the test would prove nothing";
+  o.prefault = true;
+  Status s = Index::open(p.path, o, &idx);
+  EXPECT_EQ(s.code(), Code::kCorrupted) << s.to_string();
+  EXPECT_EQ(file_bytes_backed(p.path), backed) << "the refused open grew the file";
+  EXPECT_TRUE(read_file(p.path) == before) << "the refused open changed the file";
 }
 
 uint64_t file_system_free(const std::string& dir) {

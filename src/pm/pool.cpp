@@ -349,10 +349,6 @@ Status Pool::map(const PoolArgs& args) {
   }
   persister_.delay_ns = args.delay_ns;
   persister_.hook = args.hook;
-  if (args.prefault) {
-    Status s = prefault();
-    if (!s.ok()) return s;
-  }
   switch (mode) {
     case Mode::kPm:  // eADR (byte granularity): caches are persistent, nothing to flush
       persister_.instr =

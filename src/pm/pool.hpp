@@ -93,7 +93,6 @@ struct PoolArgs {
   bool any_format = false;  // tools: accept either format
   Mode mode = Mode::kAuto;
   uint32_t delay_ns = 0;
-  bool prefault = false;  // Options::prefault
   bool create = false;
   uint64_t pool_size = 1ull << 30;
   uint64_t chunk_size = 1ull << 20;
@@ -166,13 +165,16 @@ class Pool {
   // creation that did not finish, so the next open(create) formats it with new arguments.
   void abandon_creation();
 
+  // Options::prefault: allocate every page of the file and fault it in (pool.cpp). Called
+  // by Index::open only after the pool passed validation, so a refused pool is not grown.
+  Status prefault();
+
   // Test-only fault injection ("mutations") used to prove the crash harness has teeth.
   uint64_t mutations = 0;
 
  private:
   Pool() = default;
   Status map(const PoolArgs& args);
-  Status prefault();
   Status create_layout(const PoolArgs& args);
   Status open_existing(const PoolArgs& args, uint64_t file_size);
 
