@@ -95,6 +95,46 @@ TEST(Allocator, FullPoolReturnsEmptyReservation) {
   EXPECT_TRUE(rp.alloc->reserve(60000));
 }
 
+// Runs are taken first fit: a run given back is used again before a fresh chunk (next fit
+// walked on into fresh chunks, and a growing table backed twice its live bytes).
+TEST(Allocator, AGivenBackRunIsTakenBeforeFreshChunks) {
+  RawPool rp;
+  const uint64_t chunk = 64u << 10;
+  pm::Reservation a = rp.alloc->reserve(2 * chunk), b = rp.alloc->reserve(2 * chunk);
+  ASSERT_TRUE(a && b);
+  rp.alloc->cancel(a);
+  pm::Reservation c = rp.alloc->reserve(chunk), d = rp.alloc->reserve(chunk);
+  EXPECT_EQ(c.off, a.off);
+  EXPECT_EQ(d.off, a.off + chunk);
+}
+
+// A slab whose blocks are all freed goes back to the chunks when its class has another slab
+// with room: a run (or another class) then takes its chunk. Its bitmap is clear in the pool
+// and its chunk word free, so a reopen finds only the live blocks and a deep check passes.
+// The class's last slab with room is kept (no slab made and dropped per insert and delete).
+TEST(Allocator, AnEmptySlabGoesBackToTheChunks) {
+  RawPool rp;
+  const uint64_t chunk = 64u << 10, per_slab = chunk / 64;
+  std::vector<pm::Reservation> rs;
+  for (uint64_t i = 0; i < per_slab + 1; ++i) rs.push_back(rp.alloc->reserve(64));
+  ASSERT_TRUE(rs.back());
+  const uint64_t first_slab = rs.front().off, second = rs.back().off;
+  ASSERT_EQ(second, first_slab + chunk) << "the 65th block opens the next slab";
+  for (auto& r : rs) rp.alloc->mark(r);  // published without a log (a Tx holds 15 ops)
+  for (uint64_t i = 0; i < per_slab; ++i) rp.alloc->unmark(rs[i].off);
+  pm::Reservation run = rp.alloc->reserve(chunk);
+  EXPECT_EQ(run.off, first_slab) << "the emptied slab's chunk was not given back";
+  rp.alloc->cancel(run);
+  EXPECT_EQ(rp.allocated(), (std::map<uint64_t, uint64_t>{{second, 64}}));
+
+  rp.open(nullptr, false);
+  EXPECT_EQ(rp.allocated(), (std::map<uint64_t, uint64_t>{{second, 64}}));
+  EXPECT_TRUE(rp.alloc->validate(/*deep=*/true, nullptr).ok());
+  rp.alloc->unmark(second);  // the class's only slab: emptied, but kept
+  EXPECT_EQ(rp.alloc->reserve(chunk).off, first_slab);
+  EXPECT_EQ(rp.alloc->reserve(64).off, second) << "the last slab of the class was given back";
+}
+
 // A crash after reserve, with the object filled and even flushed, leaks nothing.
 TEST(Allocator, CrashBeforePublishLeaksNothing) {
   RawPool rp;

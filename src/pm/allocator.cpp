@@ -230,23 +230,36 @@ void Allocator::build_dram_state() {
   allocated_bytes_.store(bytes);
 }
 
+// First fit from the lowest free chunk: chunks given back are used again before fresh ones,
+// so the pool's pages are touched (on a sparse file: backed) no further than it needs. A
+// growing table's doubled arrays took fresh chunks past its freed ones under next fit and
+// backed twice its live bytes.
 bool Allocator::take_chunks(uint64_t n, uint64_t* first) {
   if (n == 0 || n > nchunks_) return false;
-  for (uint64_t pass = 0; pass < 2; ++pass) {
-    uint64_t start = pass == 0 ? chunk_hint_ : 0;
-    uint64_t run = 0;
-    for (uint64_t c = start; c < nchunks_; ++c) {
-      run = chunk_busy_[c] ? 0 : run + 1;
-      if (run == n) {
-        *first = c + 1 - n;
-        for (uint64_t i = 0; i < n; ++i) chunk_busy_[*first + i] = 1;
-        run_len_[*first] = n;
-        chunk_hint_ = c + 1 < nchunks_ ? c + 1 : 0;
-        return true;
-      }
+  uint64_t run = 0;
+  bool found_free = false;
+  for (uint64_t c = lowest_free_; c < nchunks_; ++c) {
+    if (chunk_busy_[c]) {
+      run = 0;
+      continue;
     }
+    if (!found_free) lowest_free_ = c;
+    found_free = true;
+    if (++run < n) continue;
+    *first = c + 1 - n;
+    for (uint64_t i = 0; i < n; ++i) chunk_busy_[*first + i] = 1;
+    run_len_[*first] = n;
+    if (*first == lowest_free_) lowest_free_ = c + 1;
+    return true;
   }
+  if (!found_free) lowest_free_ = nchunks_;
   return false;
+}
+
+void Allocator::give_back_chunks(uint64_t c, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i) chunk_busy_[c + i] = 0;
+  run_len_[c] = 0;
+  lowest_free_ = std::min(lowest_free_, c);
 }
 
 Reservation Allocator::reserve(uint64_t size) {
@@ -313,13 +326,39 @@ void Allocator::release(uint64_t off) {
     if (s->used[b / 64] & mask) {
       s->used[b / 64] &= ~mask;
       if (s->nfree++ == 0) classes_[s->cls].partial.push_back(c);
+      if (s->nfree == s->nblocks) free_empty_slab(c);
     }
     return;
   }
   std::lock_guard<std::mutex> g(chunk_mu_);
-  uint64_t n = run_len_[c];  // the persistent word is already cleared; DRAM kept the length
-  for (uint64_t i = 0; i < n; ++i) chunk_busy_[c + i] = 0;
-  run_len_[c] = 0;
+  give_back_chunks(c, run_len_[c]);  // its persistent word is already free; DRAM kept the length
+}
+
+// An empty slab goes back to the chunks, so that space freed in one size class serves
+// another (a growing table's outgrown arrays, a churn's emptied slabs) — unless it is the
+// only slab of its class with room, so that inserting and deleting one item does not create
+// and free a slab each time. Its bitmap is persisted clear before its chunk word says free:
+// a crash in between leaves an empty slab, which is free space too, and a chunk reused as a
+// slab later starts with a clear bitmap.
+void Allocator::free_empty_slab(uint64_t c) {
+  Slab& s = *slabs_[c];
+  SizeClass& sc = classes_[s.cls];
+  bool other_room = std::any_of(sc.partial.begin(), sc.partial.end(), [&](uint64_t x) {
+    return x != c && slabs_[x] && slabs_[x]->nfree > 0;
+  });
+  if (!other_room) return;
+  uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+  uint64_t words = (s.nblocks + 63) / 64;
+  for (uint64_t i = 0; i < words; ++i)  // a bit still set: keep the slab (check() reports it)
+    if (std::atomic_ref<uint64_t>(bm[i]).load(std::memory_order_acquire) != 0) return;
+  const Persister& p = pool_.persister();
+  p.persist(bm, words * 8);
+  std::atomic_ref<uint64_t>(*chunk_word(c)).store(kChunkFree);
+  p.persist(chunk_word(c), 8);
+  sc.partial.erase(std::remove(sc.partial.begin(), sc.partial.end(), c), sc.partial.end());
+  slabs_[c].reset();
+  std::lock_guard<std::mutex> g(chunk_mu_);
+  give_back_chunks(c, 1);
 }
 
 void Allocator::cancel(const Reservation& r) {

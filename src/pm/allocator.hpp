@@ -140,6 +140,8 @@ class Allocator {
   uint64_t chunk_of(uint64_t off) const { return (off - heap_off_) / chunk_; }
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
   bool take_chunks(uint64_t n, uint64_t* first);  // DRAM, under chunk_mu_
+  void give_back_chunks(uint64_t c, uint64_t n);  // DRAM, under chunk_mu_
+  void free_empty_slab(uint64_t c);               // under its class lock
   void replay_lanes();
   const uint64_t* lane(uint64_t l) const {
     return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
@@ -156,7 +158,7 @@ class Allocator {
   std::mutex chunk_mu_;
   std::vector<uint8_t> chunk_busy_;  // DRAM: chunk in use (run, slab, or reserved)
   std::vector<uint64_t> run_len_;    // DRAM: chunks in the run starting here (0: none)
-  uint64_t chunk_hint_ = 0;
+  uint64_t lowest_free_ = 0;         // DRAM: no chunk below it is free (first fit starts here)
   std::unique_ptr<SizeClass[]> classes_;
   std::vector<std::unique_ptr<Slab>> slabs_;  // by chunk; set under the class lock
   std::atomic<uint64_t> allocated_bytes_{0};
