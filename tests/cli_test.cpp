@@ -208,6 +208,79 @@ TEST(Cli, ExportImportMovesDataBetweenSchemes) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
 }
 
+// Export never writes over a pool: not the one it exports (a truncate under its own mapping
+// killed it with SIGBUS and left an empty file), not through a link, and not another pool
+// (another process may have it mapped). Each refusal leaves both files as they were.
+TEST(Cli, ExportNeverWritesOverAPool) {
+  TempPool src, other, link("link");
+  Options o = small_options("lineht", Format::kFixed);
+  fill(src.path, o, 100, false);
+  fill(other.path, o, 10, false);
+  ASSERT_EQ(symlink(src.path.c_str(), link.path.c_str()), 0);
+  std::vector<char> src_bytes = read_file(src.path), other_bytes = read_file(other.path);
+  for (const std::string& target : {src.path, link.path, other.path}) {
+    SCOPED_TRACE(target);
+    CliRun r = run("export " + src.path + " " + target);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find("pool"), std::string::npos) << r.out;
+    EXPECT_TRUE(read_file(src.path) == src_bytes);
+    EXPECT_TRUE(read_file(other.path) == other_bytes);
+  }
+}
+
+std::vector<char> dump_of(const std::vector<std::pair<std::string, std::string>>& items,
+                          uint32_t format = 1) {
+  std::string d("PMHXPORT", 8);
+  auto put32 = [&](uint32_t v) { d.append(reinterpret_cast<const char*>(&v), 4); };
+  put32(1);
+  put32(format);
+  for (auto& [k, v] : items) {
+    put32(static_cast<uint32_t>(k.size()));
+    put32(static_cast<uint32_t>(v.size()));
+    d += k + v;
+  }
+  put32(0xFFFFFFFF);
+  put32(0);
+  uint64_t n = items.size();
+  d.append(reinterpret_cast<const char*>(&n), 8);
+  return {d.begin(), d.end()};
+}
+
+// Import checks every item against the pool it will create before creating it, and leaves
+// no partial pool when an insert fails (it used to pick the format from the first item and
+// stop half way, leaving a pool with part of the dump).
+TEST(Cli, ImportStoresTheWholeDumpOrLeavesNoPool) {
+  std::vector<std::pair<std::string, std::string>> items;
+  for (int i = 0; i < 50; ++i) items.emplace_back(make_key(i, true), make_key(i, true));
+  items.emplace_back("x", "y");  // not 8/8, and last
+  TempPool dump("dump"), target;
+  write_bytes(dump.path, dump_of(items));
+  CliRun r = run("import " + dump.path + " " + target.path + " --scheme turbohash --format fixed");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(access(target.path.c_str(), F_OK), 0) << "a refused import left a pool";
+  r = run("import " + dump.path + " " + target.path + " --scheme turbohash");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(contents(target.path, small_options("turbohash", Format::kVariable)).size(), 51u);
+
+  auto refused = [](const std::vector<char>& bytes, const std::string& why) {
+    SCOPED_TRACE(why);
+    TempPool bad("dump"), none;
+    write_bytes(bad.path, bytes);
+    CliRun r =
+        run("import " + bad.path + " " + none.path + " --scheme smartht --pool-size 4194304");
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find(why), std::string::npos) << r.out;
+    EXPECT_NE(access(none.path.c_str(), F_OK), 0) << "a refused import left a pool";
+  };
+  refused(dump_of({{"a", "1"}, {"b", "2"}, {"a", "3"}}), "appears twice");
+  refused(dump_of({{"", "1"}}), "key of 0 bytes");
+  refused(dump_of({{"a", std::string(70000, 'v')}}), "value of 70000 bytes");
+  refused(dump_of({{"a", "1"}}, 7), "unknown pool format 7");
+  std::vector<std::pair<std::string, std::string>> big;
+  for (int i = 0; i < 100; ++i) big.emplace_back("k" + std::to_string(i), std::string(60000, 'v'));
+  refused(dump_of(big), "no pool left");  // 6 MB of values into a 4 MiB pool
+}
+
 }  // namespace
 }  // namespace pmhash::testing
 #endif

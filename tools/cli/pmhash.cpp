@@ -10,10 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -145,12 +147,41 @@ void put32(std::ostream& o, uint32_t v) {
   o.write(reinterpret_cast<const char*>(&v), 4);
 }
 
+// Why export must not write to `file`, or "" if it may: the pool itself (also through a
+// link), or any pmhash pool (another process may have it mapped; truncating it would
+// destroy it).
+std::string export_target_refusal(const std::string& pool, const std::string& file) {
+  struct stat ps {
+  }, fs{};
+  if (stat(file.c_str(), &fs) != 0) return "";
+  if (stat(pool.c_str(), &ps) == 0 && ps.st_dev == fs.st_dev && ps.st_ino == fs.st_ino)
+    return "'" + file + "' is the pool being exported";
+  char head[8] = {};
+  std::ifstream in(file, std::ios::binary);
+  if (in.read(head, 8) &&
+      (std::memcmp(head, pm::kPoolMagic, 8) == 0 || std::memcmp(head, pm::kCreatingMagic, 8) == 0))
+    return "'" + file + "' is a pmhash pool: export writes dumps, never over a pool";
+  return "";
+}
+
+void put_record(std::ostream& o, std::string_view k, std::string_view v) {
+  put32(o, static_cast<uint32_t>(k.size()));
+  put32(o, static_cast<uint32_t>(v.size()));
+  o.write(k.data(), static_cast<std::streamsize>(k.size()));
+  o.write(v.data(), static_cast<std::streamsize>(v.size()));
+}
+
+// The dump is written to FILE.tmp.PID and renamed over FILE once complete: a failed export
+// leaves FILE as it was.
 int export_pool(const std::string& path, const std::string& file) {
   std::unique_ptr<Index> idx;
   Status s = open_read_only(path, &idx);
   if (!s.ok()) return fail(s.to_string());
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out) return fail("cannot write '" + file + "'");
+  std::string refusal = export_target_refusal(path, file);
+  if (!refusal.empty()) return fail(refusal);
+  std::string tmp = file + ".tmp." + std::to_string(getpid());
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) return fail("cannot write '" + tmp + "'");
   out.write(kDumpMagic, 8);
   put32(out, kDumpVersion);
   put32(out, static_cast<uint32_t>(idx->stats().format));
@@ -161,23 +192,46 @@ int export_pool(const std::string& path, const std::string& file) {
   idx->for_each(
       [](void* c, std::string_view k, std::string_view v) {
         auto* x = static_cast<Ctx*>(c);
-        put32(*x->out, static_cast<uint32_t>(k.size()));
-        put32(*x->out, static_cast<uint32_t>(v.size()));
-        x->out->write(k.data(), static_cast<std::streamsize>(k.size()));
-        x->out->write(v.data(), static_cast<std::streamsize>(v.size()));
+        put_record(*x->out, k, v);
         x->n++;
       },
       &ctx);
   put32(out, kEnd);
   put32(out, 0);
   out.write(reinterpret_cast<const char*>(&ctx.n), 8);
-  if (!out.flush()) return fail("write to '" + file + "' failed");
+  out.close();
+  if (!out || std::rename(tmp.c_str(), file.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return fail("write to '" + file + "' failed");
+  }
   std::printf("exported %llu items from %s\n", static_cast<unsigned long long>(ctx.n),
               path.c_str());
   return 0;
 }
 
-int import_pool(const std::string& file, const std::string& path, Options o) {
+// Why the dump's items cannot all go into a pool of `format`, or "": every key and value
+// within the format's limits, no key twice.
+std::string dump_items_refusal(
+    const std::vector<std::pair<std::string_view, std::string_view>>& items, Format format) {
+  std::set<std::string_view> keys;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& [k, v] = items[i];
+    std::string at = "item " + std::to_string(i) + ": ";
+    if (k.empty() || k.size() > kMaxKeySize)
+      return at + "key of " + std::to_string(k.size()) + " bytes (1.." +
+             std::to_string(kMaxKeySize) + " allowed)";
+    if (v.size() > kMaxValueSize)
+      return at + "value of " + std::to_string(v.size()) + " bytes (at most " +
+             std::to_string(kMaxValueSize) + ")";
+    if (format == Format::kVariable && v.empty()) return at + "empty value";
+    if (format == Format::kFixed && (k.size() != 8 || v.size() != 8))
+      return at + "not an 8-byte key and value";
+    if (!keys.insert(k).second) return at + "its key appears twice";
+  }
+  return "";
+}
+
+int import_pool(const std::string& file, const std::string& path, Options o, bool format_given) {
   std::ifstream in(file, std::ios::binary);
   if (!in) return fail("cannot read '" + file + "'");
   std::string data((std::istreambuf_iterator<char>(in)), {});
@@ -210,18 +264,28 @@ int import_pool(const std::string& file, const std::string& path, Options o) {
                        std::string_view(data.data() + pos + kl, vl));
     pos += uint64_t{kl} + vl;
   }
+  if (fmt > 1) return bad("unknown pool format " + std::to_string(fmt));
   if (access(path.c_str(), F_OK) == 0)
     return fail("'" + path + "' exists: import creates a new pool");
-  if (fmt == 1 && o.format == Format::kFixed && !items.empty() &&
-      (items[0].first.size() != 8 || items[0].second.size() != 8))
-    o.format = Format::kVariable;  // variable items need a variable pool
+  bool all_8_8 = std::all_of(items.begin(), items.end(), [](const auto& kv) {
+    return kv.first.size() == 8 && kv.second.size() == 8;
+  });
+  if (!format_given && !all_8_8) o.format = Format::kVariable;  // variable items need it
+  if (o.format == Format::kFixed && !all_8_8)
+    return fail("--format fixed: the dump holds items that are not 8-byte keys and values");
+  std::string why = dump_items_refusal(items, o.format);
+  if (!why.empty()) return bad(why);
   if (!o.capacity_hint) o.capacity_hint = items.size();
   std::unique_ptr<Index> idx;
   Status s = Index::open(path, o, &idx);
   if (!s.ok()) return fail(s.to_string());
   for (auto& [k, v] : items) {
     s = idx->insert(k, v);
-    if (!s.ok()) return fail("import stopped: " + s.to_string());
+    if (!s.ok()) {  // e.g. the pool is full: leave no partial pool behind
+      idx.reset();
+      unlink(path.c_str());
+      return fail("import stopped, no pool left at '" + path + "': " + s.to_string());
+    }
   }
   std::printf("imported %zu items into %s (%s, %s)\n", items.size(), path.c_str(), o.scheme.c_str(),
               format_name(o.format));
@@ -240,15 +304,17 @@ int main(int argc, char** argv) {
   if (cmd == "import" && argc >= 4) {
     Options o;
     o.scheme.clear();
+    bool format_given = false;
     for (int i = 4; i < argc; ++i) {
       std::string a = argv[i];
       if (i + 1 >= argc) return usage();
       std::string v = argv[++i];
       if (a == "--scheme")
         o.scheme = v;
-      else if (a == "--format" && (v == "fixed" || v == "variable"))
+      else if (a == "--format" && (v == "fixed" || v == "variable")) {
         o.format = v == "variable" ? Format::kVariable : Format::kFixed;
-      else if (a == "--format")
+        format_given = true;
+      } else if (a == "--format")
         return fail("--format must be 'fixed' or 'variable', not '" + v + "'");
       else if (a == "--pool-size" && !parse_u64(v, &o.pool_size))
         return fail("--pool-size must be a byte count (an unsigned integer), not '" + v + "'");
@@ -263,7 +329,7 @@ int main(int argc, char** argv) {
         return usage();
     }
     if (o.scheme.empty()) return usage();
-    return import_pool(argv[2], argv[3], o);
+    return import_pool(argv[2], argv[3], o, format_given);
   }
   return usage();
 }
