@@ -291,6 +291,8 @@ static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, s
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
                   std::unique_ptr<Index>* out) {
   auto t0 = std::chrono::steady_clock::now();
+  if (path.empty() || path.find('\0') != std::string::npos)  // the OS would see a shorter path
+    return {Code::kInvalidArgument, "the pool path is empty or holds a NUL byte"};
   Options opts = options;
   if (hooks.any_scheme) {  // take scheme and format from the pool's header
     pm::PoolArgs pa;

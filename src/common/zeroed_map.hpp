@@ -6,6 +6,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -33,12 +34,16 @@ inline void unmap_zeroed(void* p, size_t bytes) {
 // not take the faults then (HDNH's recovery, a window before its fill; LineHT's resize,
 // before it takes the shard's lock). A page first read maps the shared zero page, and the
 // write after it takes a second fault. Best effort: a kernel without MADV_POPULATE_WRITE
-// (< 5.14) faults the pages in as they are written.
-inline void prefault_pages(void* p, size_t bytes) {
+// (< 5.14) faults the pages in as they are written. False when the kernel could not back
+// them: out of memory, or a file mapping whose file system is full (a write there would
+// raise SIGBUS).
+inline bool prefault_pages(void* p, size_t bytes) {
   constexpr uintptr_t kPage = 4096;
   uintptr_t from = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
   uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) & ~(kPage - 1);
-  if (bytes != 0) (void)madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE);
+  return bytes == 0 ||
+         madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_WRITE) == 0 ||
+         errno == EINVAL;
 }
 
 // One such mapping, owned, as an array of T (valid as zero bytes: integers, std::atomic of

@@ -381,7 +381,9 @@ Status Pool::map(const PoolArgs& args) {
 Status Pool::prefault() {
   struct stat st {};
   struct statfs fs {};
-  if (fstat(fd_, &st) == 0 && fstatfs(fd_, &fs) == 0) {
+  // A file system reporting no size (f_blocks 0: an unlimited tmpfs, ramfs) has no free
+  // count to check against.
+  if (fstat(fd_, &st) == 0 && fstatfs(fd_, &fs) == 0 && fs.f_blocks != 0) {
     uint64_t backed = uint64_t(st.st_blocks) * 512;
     uint64_t need = size_ > backed ? size_ - backed : 0;
     uint64_t free = uint64_t(fs.f_bavail) * uint64_t(fs.f_bsize);

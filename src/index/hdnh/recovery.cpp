@@ -279,7 +279,8 @@ void Hdnh::prefault_window(const LevelSet& set, unsigned q, unsigned parts) cons
     uint64_t f = l.segments / bottom.segments;
     uint64_t from = f * (lo / m_) * m_, to = std::min(l.nbuckets, f * ((hi - 1) / m_ + 1) * m_);
     if (to > from)
-      common::prefault_pages(l.hot.base + from * l.hot.s.stride, (to - from) * l.hot.s.stride);
+      (void)common::prefault_pages(l.hot.base + from * l.hot.s.stride,
+                                   (to - from) * l.hot.s.stride);
   }
 }
 

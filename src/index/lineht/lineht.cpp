@@ -372,7 +372,10 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
       }
       full = v.n;
     }
-    if (claim_spare(spare, k.shard)) prepare_spare(spare, 2 * full);
+    if (claim_spare(spare, k.shard)) {
+      Status s = prepare_spare(spare, 2 * full);
+      if (!s.ok()) return s;
+    }
   }
 }
 
@@ -391,19 +394,30 @@ bool LineHT::claim_spare(Spare& spare, uint32_t shard) {
 }
 
 // Without the shard's lock: the array for `buckets` buckets reserved (nothing is published;
-// a crash leaves the block free) and its pool pages faulted in.
-void LineHT::prepare_spare(Spare& spare, uint64_t buckets) {
+// a crash leaves the block free) and its pool pages faulted in. A sparse pool whose file
+// system cannot back those pages is full: refused here, instead of the resize's copy into
+// them raising SIGBUS.
+Status LineHT::prepare_spare(Spare& spare, uint64_t buckets) {
   spare.tried = true;
-  if (buckets > kMaxShardBuckets) return;  // resize() reports it
+  if (buckets > kMaxShardBuckets) return Status::Ok();  // resize() reports it
   spare.r = alloc_.reserve(buckets * sizeof(Bucket));
-  if (!spare.r) return;
+  if (!spare.r) return Status::Ok();  // resize() tries again, and reports kPoolFull
   spare.held = &spares_held_;
   int held = spares_held_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (int m = spares_held_max_.load(std::memory_order_relaxed); held > m;)
     if (spares_held_max_.compare_exchange_weak(m, held, std::memory_order_relaxed)) break;
   PMHASH_CHAOS();  // tests: a wider window in which other writers find the shard full too
-  common::prefault_pages(pool_.ptr<char>(spare.r.off), spare.r.size);
+  if (!common::prefault_pages(pool_.ptr<char>(spare.r.off), spare.r.size)) {
+    int err = errno;
+    alloc_.cancel(spare.r);
+    spare.r = {};
+    return {Code::kPoolFull, std::string("the pool's file system cannot back its pages (") +
+                                 std::strerror(err) +
+                                 "); the file is sparse: Options::prefault reserves every page "
+                                 "at open"};
+  }
   bump(tstats_[threads_.id()].spares);
+  return Status::Ok();
 }
 
 // The valid bit cleared and the sequence advanced in one 8-byte store, persisted before the

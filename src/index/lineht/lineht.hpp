@@ -164,7 +164,7 @@ class LineHT final : public Scheme {
   Status update_at(const Shard& v, const Hashed& k, Place at, std::string_view key,
                    std::string_view value);
   bool claim_spare(Spare& spare, uint32_t shard);
-  void prepare_spare(Spare& spare, uint64_t buckets);
+  Status prepare_spare(Spare& spare, uint64_t buckets);
   Status resize(uint32_t shard, pm::Reservation* spare);  // caller holds the shard's lock
   void count_resize(ThreadStats& ts, double shard_lf, double table_lf, uint64_t moved);
   double table_load_factor() const;  // of a table created by this instance (else -1)
