@@ -161,13 +161,13 @@ Status Allocator::validate(bool deep, std::string* report) const {
               ") holds a log with impossible entries");
   }
   for (uint64_t c = 0; c < nchunks_; ++c) {
-    uint64_t w = *chunk_word(c), type = w & 0xFF, value = w >> 8;
+    uint64_t w = chunk_word_now(c), type = w & 0xFF, value = w >> 8;
     std::string where = "allocator: chunk " + std::to_string(c) + " (table word at offset " +
                         std::to_string(table_off_ + c * 8) + ", " + hex(w) + ")";
     const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
     if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
       for (uint64_t i = 1; i < value; ++i)
-        if (*chunk_word(c + i) != kChunkFree)
+        if (chunk_word_now(c + i) != kChunkFree)
           problem(where + ": chunk " + std::to_string(c + i) + " inside the run is not free");
       c += value - 1;
     } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
@@ -198,7 +198,7 @@ Status Allocator::validate(bool deep, std::string* report) const {
 void Allocator::build_dram_state() {
   uint64_t bytes = 0;
   for (uint64_t c = 0; c < nchunks_; ++c) {
-    uint64_t w = *chunk_word(c);
+    uint64_t w = chunk_word_now(c);
     uint64_t type = w & 0xFF, value = w >> 8;
     if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
       for (uint64_t i = 0; i < value; ++i) chunk_busy_[c + i] = 1;
@@ -385,7 +385,7 @@ void Allocator::publish_unlogged(const Reservation& r) {
 uint64_t Allocator::block_size(uint64_t off) const {
   if (off < heap_off_ || off >= heap_off_ + nchunks_ * chunk_) return 0;
   uint64_t c = chunk_of(off);
-  uint64_t w = std::atomic_ref<uint64_t>(*chunk_word(c)).load(std::memory_order_acquire);
+  uint64_t w = chunk_word_now(c);
   if ((w & 0xFF) == kChunkLarge)
     return off == chunk_off(c) && (w >> 8) >= 1 && (w >> 8) <= nchunks_ - c ? (w >> 8) * chunk_ : 0;
   if ((w & 0xFF) != kChunkSlab || (w >> 8) >= static_cast<uint64_t>(nclasses_)) return 0;
@@ -399,7 +399,7 @@ uint64_t Allocator::block_size(uint64_t off) const {
 void Allocator::for_each_allocated(
     const std::function<void(uint64_t off, uint64_t size)>& fn) const {
   for (uint64_t c = 0; c < nchunks_; ++c) {
-    uint64_t w = *chunk_word(c);
+    uint64_t w = chunk_word_now(c);
     uint64_t type = w & 0xFF, value = w >> 8;
     if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
       fn(chunk_off(c), value * chunk_);
@@ -495,7 +495,7 @@ void Allocator::begin_sweep() {
   reached_.reset(static_cast<uint64_t*>(std::calloc(map_words(), 8)));
   const uint64_t units_per_chunk = chunk_ / kMinBlock;
   for (uint64_t c = 0; c < nchunks_; ++c) {
-    uint64_t w = *chunk_word(c), type = w & 0xFF, value = w >> 8;
+    uint64_t w = chunk_word_now(c), type = w & 0xFF, value = w >> 8;
     uint64_t first = c * units_per_chunk;  // a multiple of 64: chunks are >= 4 KiB
     if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
       suspects_[first / 64] = 1;

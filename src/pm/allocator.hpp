@@ -134,6 +134,11 @@ class Allocator {
   int size_class(uint64_t size) const;       // -1: needs whole chunks
   Reservation reserve_block(uint64_t size);  // reserve() without the accounting
   uint64_t* chunk_word(uint64_t c) const { return pool_.ptr<uint64_t>(table_off_ + c * 8); }
+  // A chunk's table word, read atomically: the epoch thread's release() can free an empty
+  // slab (a store to its word) while check() or a sweep reads the table.
+  uint64_t chunk_word_now(uint64_t c) const {
+    return std::atomic_ref<uint64_t>(*chunk_word(c)).load(std::memory_order_acquire);
+  }
   uint64_t bitmap_word_off(uint64_t c, uint64_t block) const {
     return bitmap_off_ + c * (chunk_ / 512) + (block / 64) * 8;
   }
