@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -106,6 +107,36 @@ TEST(Allocator, AGivenBackRunIsTakenBeforeFreshChunks) {
   pm::Reservation c = rp.alloc->reserve(chunk), d = rp.alloc->reserve(chunk);
   EXPECT_EQ(c.off, a.off);
   EXPECT_EQ(d.off, a.off + chunk);
+}
+
+// A freed run's chunk word is persisted clear before first fit can hand its chunk out again:
+// a new run starting one chunk lower would otherwise persist its word beside the old run's
+// stale one, and validate() would refuse the pool after a crash (helper-27's review).
+struct FlushLog : pm::PersistHook {
+  std::vector<uintptr_t> lines;
+  void on_map(char*, size_t) override {}
+  void on_flush(const void* a, size_t) override {
+    lines.push_back(reinterpret_cast<uintptr_t>(a) & ~uintptr_t{63});
+  }
+  void on_fence() override {}
+};
+
+TEST(Allocator, AFreedRunsWordIsPersistedBeforeItsChunksAreReused) {
+  FlushLog log;
+  RawPool rp(&log);
+  const uint64_t chunk = 64u << 10;
+  pm::Reservation a = rp.alloc->reserve(chunk), b = rp.alloc->reserve(chunk);
+  rp.alloc->mark(a);
+  rp.alloc->mark(b);
+  const uint64_t table = rp.pool->header().chunk_table_offset;
+  const uintptr_t b_line = reinterpret_cast<uintptr_t>(rp.pool->ptr<char>(
+                               table + (b.off - rp.pool->header().heap_offset) / chunk * 8)) &
+                           ~uintptr_t{63};
+  log.lines.clear();
+  rp.alloc->unmark(b.off);  // clears b's word; released at once (no epochs here)
+  EXPECT_NE(std::find(log.lines.begin(), log.lines.end(), b_line), log.lines.end())
+      << "the freed run's word was not flushed before its chunk went back";
+  (void)a;
 }
 
 // A slab whose blocks are all freed goes back to the chunks when its class has another slab

@@ -208,6 +208,17 @@ TEST(Cli, ExportImportMovesDataBetweenSchemes) {
   EXPECT_EQ(r.exit_code, 1) << r.out;
 }
 
+// --help anywhere (but after `bench`, which has its own) prints the usage and succeeds; it
+// was read as a pool path ("pool file '--help' does not exist").
+TEST(Cli, HelpPrintsTheUsage) {
+  for (const char* args : {"--help", "-h", "info --help", "export --help x"}) {
+    SCOPED_TRACE(args);
+    CliRun r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("usage: pmhash"), std::string::npos) << r.out;
+  }
+}
+
 // Export never writes over a pool: not the one it exports (a truncate under its own mapping
 // killed it with SIGBUS and left an empty file), not through a link, and not another pool
 // (another process may have it mapped). Each refusal leaves both files as they were.

@@ -318,6 +318,10 @@ Reservation Allocator::reserve_block(uint64_t size) {
 }
 
 void Allocator::release(uint64_t off) {
+  release_block(off, true);
+}
+
+void Allocator::release_block(uint64_t off, bool published) {
   uint64_t c = chunk_of(off);
   if (Slab* s = slabs_[c].get()) {
     std::lock_guard<std::mutex> g(classes_[s->cls].mu);
@@ -330,8 +334,12 @@ void Allocator::release(uint64_t off) {
     }
     return;
   }
+  // A freed run's word was cleared without a flush (unmark): persisted before the chunks can
+  // be taken again, or a crash could keep it beside a new run's word that overlaps it (first
+  // fit reuses them at once; validate() would refuse the pool). DRAM kept the length.
+  if (published) pool_.persister().persist(chunk_word(c), 8);
   std::lock_guard<std::mutex> g(chunk_mu_);
-  give_back_chunks(c, run_len_[c]);  // its persistent word is already free; DRAM kept the length
+  give_back_chunks(c, run_len_[c]);
 }
 
 // An empty slab goes back to the chunks, so that space freed in one size class serves
@@ -364,7 +372,7 @@ void Allocator::free_empty_slab(uint64_t c) {
 void Allocator::cancel(const Reservation& r) {
   if (!r) return;
   reserved_bytes_.fetch_sub(r.size, std::memory_order_relaxed);
-  release(r.off);
+  release_block(r.off, /*published=*/false);
 }
 
 void Allocator::publish_unlogged(const Reservation& r) {

@@ -144,9 +144,10 @@ class Allocator {
   }
   uint64_t chunk_of(uint64_t off) const { return (off - heap_off_) / chunk_; }
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
-  bool take_chunks(uint64_t n, uint64_t* first);  // DRAM, under chunk_mu_
-  void give_back_chunks(uint64_t c, uint64_t n);  // DRAM, under chunk_mu_
-  void free_empty_slab(uint64_t c);               // under its class lock
+  bool take_chunks(uint64_t n, uint64_t* first);     // DRAM, under chunk_mu_
+  void give_back_chunks(uint64_t c, uint64_t n);     // DRAM, under chunk_mu_
+  void free_empty_slab(uint64_t c);                  // under its class lock
+  void release_block(uint64_t off, bool published);  // cancel: published = false
   void replay_lanes();
   const uint64_t* lane(uint64_t l) const {
     return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);

@@ -33,12 +33,12 @@ constexpr char kDumpMagic[8] = {'P', 'M', 'H', 'X', 'P', 'O', 'R', 'T'};
 constexpr uint32_t kDumpVersion = 1;
 constexpr uint32_t kEnd = 0xFFFFFFFF;
 
-int usage() {
-  std::fprintf(stderr,
+int usage(FILE* to = stderr) {
+  std::fprintf(to,
                "usage: pmhash info POOL | check POOL | export POOL FILE |\n"
                "       import FILE POOL --scheme S [--format fixed|variable] [--params k=v,..]"
                " [--pool-size BYTES] | bench ...\n");
-  return 2;
+  return to == stdout ? 0 : 2;
 }
 
 int fail(const std::string& what) {
@@ -297,6 +297,9 @@ int import_pool(const std::string& file, const std::string& path, Options o, boo
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
+  for (int i = 1; i < argc; ++i)  // `pmhash --help`, `pmhash info --help`, ...
+    if ((std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) && cmd != "bench")
+      return usage(stdout);
   if (cmd == "bench") return pmhash::bench::bench_main(argc - 1, argv + 1);
   if (cmd == "info" && argc == 3) return info(argv[2]);
   if (cmd == "check" && argc == 3) return check(argv[2]);
