@@ -23,6 +23,21 @@ int light() {
 // default options (what a user gets; larger pools, so a sample of the fences).
 class CrashTest : public ::testing::TestWithParam<SchemeConfig> {};
 
+// The structural changes the crashed workload made: the harness crashes at every fence
+// (or a sampled quarter of them, in soak runs), so each one was crashed inside.
+void print_paths_crashed_inside(const CrashConfig& cfg, const CrashResult& r) {
+  std::string structural;
+  for (const char* c : {"shard_resizes", "chain_buckets", "pab_grows", "pab_used", "segment_splits",
+                        "dir_expansions", "stashed", "displacements", "level_resizes",
+                        "rehashed_records", "shard_gc_rehashes", "chain_buckets_reclaimed"})
+    if (auto it = r.counters.find(c); it != r.counters.end())
+      structural += std::string(structural.empty() ? "" : ", ") + c + " " +
+                    std::to_string(static_cast<uint64_t>(it->second));
+  if (!structural.empty())
+    std::printf("[%s %s] paths crashed inside (operations in the workload): %s\n",
+                cfg.scheme.c_str(), format_name(cfg.format), structural.c_str());
+}
+
 TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   CrashConfig cfg;
   cfg.scheme = GetParam().scheme;
@@ -58,18 +73,7 @@ TEST_P(CrashTest, EveryFenceOfASmallWorkload) {
   if (r.counters.count("chain_buckets_reclaimed"))
     std::printf("[%s %s] chain buckets reclaimed by deletes in the crashed workload: %.0f\n",
                 cfg.scheme.c_str(), format_name(cfg.format), r.counters["chain_buckets_reclaimed"]);
-  // The structural changes the crashed workload made: the harness crashes at every fence
-  // (or a sampled quarter of them, in soak runs), so each one was crashed inside.
-  std::string structural;
-  for (const char* c : {"shard_resizes", "chain_buckets", "pab_grows", "pab_used", "segment_splits",
-                        "dir_expansions", "stashed", "displacements", "level_resizes",
-                        "rehashed_records", "shard_gc_rehashes", "chain_buckets_reclaimed"})
-    if (r.counters.count(c))
-      structural += std::string(structural.empty() ? "" : ", ") + c + " " +
-                    std::to_string(static_cast<uint64_t>(r.counters[c]));
-  if (!structural.empty())
-    std::printf("[%s %s] paths crashed inside (operations in the workload): %s\n",
-                cfg.scheme.c_str(), format_name(cfg.format), structural.c_str());
+  print_paths_crashed_inside(cfg, r);
   for (auto& m : r.messages) ADD_FAILURE() << m;
   EXPECT_EQ(r.failures, 0u);
   if (!light()) {  // soak runs sample a quarter of the fences of a longer workload
@@ -140,18 +144,7 @@ TEST_P(ReclaimCrashTest, EveryFenceWhileDeletesEmptyChainBuckets) {
       cfg.scheme.c_str(), format_name(cfg.format), static_cast<unsigned long long>(r.states),
       static_cast<unsigned long long>(r.failures), reclaimed,
       static_cast<unsigned long long>(r.swept_states));
-  // The structural changes the crashed workload made: the harness crashes at every fence
-  // (or a sampled quarter of them, in soak runs), so each one was crashed inside.
-  std::string structural;
-  for (const char* c : {"shard_resizes", "chain_buckets", "pab_grows", "pab_used", "segment_splits",
-                        "dir_expansions", "stashed", "displacements", "level_resizes",
-                        "rehashed_records", "shard_gc_rehashes", "chain_buckets_reclaimed"})
-    if (r.counters.count(c))
-      structural += std::string(structural.empty() ? "" : ", ") + c + " " +
-                    std::to_string(static_cast<uint64_t>(r.counters[c]));
-  if (!structural.empty())
-    std::printf("[%s %s] paths crashed inside (operations in the workload): %s\n",
-                cfg.scheme.c_str(), format_name(cfg.format), structural.c_str());
+  print_paths_crashed_inside(cfg, r);
   for (auto& m : r.messages) ADD_FAILURE() << m;
   EXPECT_EQ(r.failures, 0u);
   EXPECT_GE(reclaimed, light() ? 1 : 3);  // the reclaim path ran, crash points inside it
@@ -194,18 +187,7 @@ TEST_P(GcCrashTest, EveryFenceInsideSameSizeRehashes) {
       format_name(cfg.format), static_cast<unsigned long long>(r.states),
       static_cast<unsigned long long>(r.failures), r.counters["shard_gc_rehashes"],
       r.counters["gc_rehash_fences"], r.counters["shard_resizes"]);
-  // The structural changes the crashed workload made: the harness crashes at every fence
-  // (or a sampled quarter of them, in soak runs), so each one was crashed inside.
-  std::string structural;
-  for (const char* c : {"shard_resizes", "chain_buckets", "pab_grows", "pab_used", "segment_splits",
-                        "dir_expansions", "stashed", "displacements", "level_resizes",
-                        "rehashed_records", "shard_gc_rehashes", "chain_buckets_reclaimed"})
-    if (r.counters.count(c))
-      structural += std::string(structural.empty() ? "" : ", ") + c + " " +
-                    std::to_string(static_cast<uint64_t>(r.counters[c]));
-  if (!structural.empty())
-    std::printf("[%s %s] paths crashed inside (operations in the workload): %s\n",
-                cfg.scheme.c_str(), format_name(cfg.format), structural.c_str());
+  print_paths_crashed_inside(cfg, r);
   for (auto& m : r.messages) ADD_FAILURE() << m;
   EXPECT_EQ(r.failures, 0u);
   EXPECT_GE(r.counters["shard_gc_rehashes"], light() ? 1 : 3);
@@ -295,18 +277,7 @@ TEST_P(CrashTest, ConcurrentWorkloadStopTheWorld) {
       static_cast<unsigned long long>(r.states), static_cast<unsigned long long>(r.failures),
       static_cast<unsigned long long>(r.reads),
       static_cast<unsigned long long>(r.read_constraints));
-  // The structural changes the crashed workload made: the harness crashes at every fence
-  // (or a sampled quarter of them, in soak runs), so each one was crashed inside.
-  std::string structural;
-  for (const char* c : {"shard_resizes", "chain_buckets", "pab_grows", "pab_used", "segment_splits",
-                        "dir_expansions", "stashed", "displacements", "level_resizes",
-                        "rehashed_records", "shard_gc_rehashes", "chain_buckets_reclaimed"})
-    if (r.counters.count(c))
-      structural += std::string(structural.empty() ? "" : ", ") + c + " " +
-                    std::to_string(static_cast<uint64_t>(r.counters[c]));
-  if (!structural.empty())
-    std::printf("[%s %s] paths crashed inside (operations in the workload): %s\n",
-                cfg.scheme.c_str(), format_name(cfg.format), structural.c_str());
+  print_paths_crashed_inside(cfg, r);
   for (auto& m : r.messages) ADD_FAILURE() << m;
   EXPECT_EQ(r.failures, 0u);
   EXPECT_GT(r.states, light() || !GetParam().small() ? 10u : 50u);
