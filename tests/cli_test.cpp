@@ -219,6 +219,19 @@ TEST(Cli, HelpPrintsTheUsage) {
   }
 }
 
+// The bench's options take whole numbers in range: a word aborted the process (an uncaught
+// std::invalid_argument), "-1" wrapped to 2^64 - 1, and 0 threads ran nothing.
+TEST(Cli, BenchRefusesBadNumbersWithAMessage) {
+  for (const char* args : {"--keys abc", "--keys -1", "--keys 10x", "--threads 0", "--threads 2,x",
+                           "--repeat many", "--seed ''", "--mode nvm"}) {
+    SCOPED_TRACE(args);
+    CliRun r = run(std::string("bench --pool-dir /nonexistent ") + args);
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    std::string option = std::string(args).substr(0, std::string(args).find(' '));
+    EXPECT_NE(r.out.find(option), std::string::npos) << r.out;
+  }
+}
+
 // Export never writes over a pool: not the one it exports (a truncate under its own mapping
 // killed it with SIGBUS and left an empty file), not through a link, and not another pool
 // (another process may have it mapped). Each refusal leaves both files as they were.

@@ -60,12 +60,14 @@ void CrashSim::on_map(char* base, size_t size) {
 // the others park at their next flush or fence.
 // Hook calls always serialize (an index may flush from a background thread too).
 namespace {
-thread_local bool tls_reader = false;  // this thread is a reader (not counted in busy_)
-}
+// This thread is inside a writer's operation (counted in busy_). Readers and the index's
+// background threads are not: the crashing thread does not wait for them to park.
+thread_local bool tls_busy = false;
+}  // namespace
 
 std::unique_lock<std::mutex> CrashSim::park() {
   std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
-  bool count = multi_threaded && !tls_reader;
+  bool count = multi_threaded && tls_busy;
   if (count) parked_++;
   lk.lock();
   if (count) parked_--;
@@ -74,17 +76,18 @@ std::unique_lock<std::mutex> CrashSim::park() {
 
 void CrashSim::op_begin(bool reader) {
   if (!multi_threaded) return;
-  tls_reader = reader;
   for (;;) {  // no operation starts while the world is stopped
     if (!reader) busy_++;
+    tls_busy = !reader;
     if (!stop_.load()) return;
-    if (!reader) busy_--;
+    op_end(reader);
     while (stop_.load()) std::this_thread::yield();
   }
 }
 
 void CrashSim::op_end(bool reader) {
   if (multi_threaded && !reader) busy_--;
+  tls_busy = false;
 }
 
 void CrashSim::snapshot_ordered(uint64_t line, bool flushed) {
@@ -145,7 +148,8 @@ void CrashSim::on_fence() {
       // call (or is blocked on a lock this thread holds: bounded wait).
       stop_ = true;
       auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-      while (parked_.load() + 1 < busy_.load() && std::chrono::steady_clock::now() < until)
+      int self = tls_busy ? 1 : 0;  // a reader or a background thread may crash too
+      while (parked_.load() + self < busy_.load() && std::chrono::steady_clock::now() < until)
         std::this_thread::yield();
     }
     // The exploration's own flushes and fences (recoveries of crash images) are not the
@@ -255,6 +259,14 @@ namespace {
 
 enum class OpKind { kInsert, kUpsert, kUpdate, kRemove, kGet };
 
+// A key for a failure message: its bytes in hex (fixed-format keys are binary).
+std::string printable(const std::string& key) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : key) out += {digits[c >> 4], digits[c & 15]};
+  return out;
+}
+
 struct Op {
   OpKind kind;
   std::string key, value;
@@ -363,6 +375,7 @@ struct Harness {
   std::map<std::string, uint64_t> observed_gen;
   std::atomic<bool> workers_done{false};
   std::atomic<uint64_t> reads_done{0};  // completed reads, for the workers' pacing
+  std::atomic<bool> exploring{false};   // a crash point has its snapshot, makes its images
   // The snapshot the current crash point is checked against.
   Model snap_acked;
   std::vector<Op> snap_inflight;
@@ -420,7 +433,7 @@ struct Harness {
       if (one.get(op.key, &v) == Code::kOk) after = v;
       alt[op.key] = {before, after};
     }
-    std::string detail;
+    std::string detail, bad_key;
     auto value_at = [](const std::map<std::string, std::string>& m, const std::string& k) {
       auto it = m.find(k);
       return it == m.end() ? std::optional<std::string>() : std::optional<std::string>(it->second);
@@ -444,7 +457,10 @@ struct Harness {
                    (seen ? "value" : "delete") + ", the crash took it back";
         }
       }
-      if (!detail.empty()) break;
+      if (!detail.empty()) {
+        bad_key = k;
+        break;
+      }
       if (it != alt.end()) {
         if (g != it->second.first && g != it->second.second)
           detail = "an in-flight operation was partially applied";
@@ -453,10 +469,13 @@ struct Harness {
                  : !want ? "key that was never written"
                          : "acknowledged value lost";
       }
-      if (!detail.empty()) break;
+      if (!detail.empty()) {
+        bad_key = k;
+        break;
+      }
     }
     if (!detail.empty()) {
-      fail(where + ": " + detail);
+      fail(where + ": " + detail + " (key " + printable(bad_key) + ")");
       return false;
     }
     if (idx.size() != got.size()) fail(where + ": size() disagrees with the contents");
@@ -559,6 +578,10 @@ struct Harness {
         if (observed_gen[k] == key_gen[k]) snap_observed[k] = obs;
       res.read_constraints += snap_observed.size();
     }
+    exploring = true;
+    // (The harness's test: give an operation that starts now the time to store before the
+    // images are taken.)
+    if (cfg.start_inside_crash_points) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::vector<char> buf;
     std::vector<std::pair<CrashSim::Mix, uint64_t>> mixes = {{CrashSim::Mix::kAllOld, 0},
                                                              {CrashSim::Mix::kAllNew, 0}};
@@ -577,6 +600,33 @@ struct Harness {
       bool fu = cfg.followup_every > 0 && (res.states % cfg.followup_every) == 0;
       recover_and_verify(img_path, nested, fu);
     }
+    exploring = false;
+  }
+
+  // An operation is in flight from here: recorded while the world runs. A crash point sets
+  // stop_ before it snapshots the state (under state_mu), so an operation it finds neither
+  // acknowledged nor in flight has not started, and waits until the crash point is over.
+  // (Recorded after op_begin alone, an operation could start between the two and change the
+  // pool unseen: "acknowledged key lost" in the all-new image of a stop-the-world test.)
+  // The harness's test (CrashConfig::start_inside_crash_points): wait (at most 50 ms) until
+  // a crash point has taken its snapshot and is making its images, so that this operation
+  // starts inside it.
+  void wait_inside_crash_point() {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (!exploring.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  }
+
+  void start(CrashSim& sim, int t, const Op& op) {
+    for (;;) {
+      sim.op_begin();
+      if (cfg.start_inside_crash_points) wait_inside_crash_point();
+      std::lock_guard<std::mutex> g(state_mu);
+      if (!sim.stopped()) {
+        inflight[t] = op;
+        return;
+      }
+      sim.op_end();
+    }
   }
 
   // One worker: its own keys (offset by thread), its own op sequence.
@@ -586,11 +636,7 @@ struct Harness {
     for (int i = 0; i < cfg.ops && res.failures == 0; ++i) {
       Op op = gen.next(cfg.keys / 2, i);
       wait_for_readers(i);
-      sim.op_begin();
-      {
-        std::lock_guard<std::mutex> g(state_mu);
-        inflight[t] = op;
-      }
+      start(sim, t, op);
       Code c = apply(idx, op, &got);
       Code e;
       bool wrong_value = false;

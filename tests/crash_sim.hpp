@@ -56,6 +56,7 @@ class CrashSim : public pm::PersistHook {
   // progress, so the crashing thread does not wait for them to park.
   void op_begin(bool reader = false);
   void op_end(bool reader = false);
+  bool stopped() const { return stop_.load(); }  // a crash point is being explored
   size_t dirty_words() { return dirty().size(); }
 
  private:
@@ -115,6 +116,10 @@ struct CrashConfig {
   // > 0: the workers' ops are inserts and removes only, this percent removes (churn: chain
   // buckets empty and are reclaimed). 0: the default mix.
   int churn_removes = 0;
+  // Test of the harness: with threads > 1, a worker entering an operation waits (at most
+  // 50 ms) until another thread's crash point has taken its snapshot before it records the
+  // operation in flight, so the operation starts while that crash point is explored.
+  bool start_inside_crash_points = false;
 };
 
 struct CrashResult {

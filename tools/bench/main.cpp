@@ -1,6 +1,7 @@
 // pmhash-bench: every scheme under the same workloads, pool mode and machine, in one run.
 // See docs/bench.md (options, suites, JSON schema).
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -570,6 +571,21 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       }
       return argv[++i];
     };
+    // A whole unsigned decimal number in [lo, hi], or exit 2 naming the option (std::stoull
+    // threw on words, uncaught, and wrapped "-1" round to 2^64 - 1).
+    auto number = [&](uint64_t lo, uint64_t hi) -> uint64_t {
+      std::string v = next();
+      uint64_t n = 0;
+      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi) {
+        std::fprintf(stderr, "pmhash-bench: %s takes a whole number from %llu to %llu, not '%s'\n",
+                     a.c_str(), static_cast<unsigned long long>(lo),
+                     static_cast<unsigned long long>(hi), v.c_str());
+        std::exit(2);
+      }
+      return n;
+    };
+    constexpr uint64_t kAny = ~uint64_t{0};
     if (a == "--help" || a == "-h") {
       std::printf("%s", kUsage);
       return 0;
@@ -589,15 +605,24 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       if (base.format == Format::kVariable && base.key_size == 8)
         base.key_size = 16, base.value_size = 15;
     } else if (a == "--key-size")
-      base.key_size = std::stoul(next());
+      base.key_size = number(1, kAny);
     else if (a == "--value-size")
-      base.value_size = std::stoul(next());
-    else if (a == "--threads")
+      base.value_size = number(1, kAny);
+    else if (a == "--threads") {
       thread_list = split(next(), ',');
-    else if (a == "--keys")
-      base.keys = std::stoull(next());
+      for (auto& t : thread_list) {
+        int n = 0;
+        auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+        if (t.empty() || ec != std::errc() || end != t.data() + t.size() || n < 1 || n > 1024) {
+          std::fprintf(stderr, "pmhash-bench: --threads takes numbers from 1 to 1024, not '%s'\n",
+                       t.c_str());
+          return 2;
+        }
+      }
+    } else if (a == "--keys")
+      base.keys = number(1, kAny);
     else if (a == "--ops")
-      base.ops = std::stoull(next());
+      base.ops = number(0, kAny);
     else if (a == "--workloads")
       base.workloads = split(next(), ',');
     else if (a == "--dist") {
@@ -618,6 +643,11 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       base.label = next();
     else if (a == "--mode") {
       std::string m = next();
+      if (m != "pm" && m != "emulated" && m != "msync" && m != "auto") {
+        std::fprintf(stderr, "pmhash-bench: unknown --mode '%s' (auto, pm, emulated, msync)\n",
+                     m.c_str());
+        return 2;
+      }
       base.mode = m == "pm"         ? Mode::kPm
                   : m == "emulated" ? Mode::kEmulated
                   : m == "msync"    ? Mode::kMsync
@@ -625,17 +655,17 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     } else if (a == "--pool-dir")
       base.pool_dir = next();
     else if (a == "--pool-size")
-      base.pool_size = std::stoull(next());
+      base.pool_size = number(1, kAny);
     else if (a == "--prefault")
       base.prefault = true;
     else if (a == "--delay-ns")
-      base.delay_ns = static_cast<uint32_t>(std::stoul(next()));
+      base.delay_ns = static_cast<uint32_t>(number(0, UINT32_MAX));
     else if (a == "--capacity-hint")
-      base.capacity_hint = std::stoull(next());
+      base.capacity_hint = number(0, kAny);
     else if (a == "--repeat")
-      repeat = std::max(1, std::stoi(next()));
+      repeat = static_cast<int>(number(1, 1000));
     else if (a == "--seed")
-      base.seed = std::stoull(next());
+      base.seed = number(0, kAny);
     else if (a == "--no-recovery")
       base.recovery = false;
     else if (a == "--routed")
