@@ -288,6 +288,21 @@ static Status validate_before_open(SchemeContext& ctx, const SchemeFactory& f, s
   return s;
 }
 
+// The scheme's layout and run-time parameters, each in its range; a name the scheme never
+// asks for is refused too (a misspelt parameter silently left its default in force).
+static Status check_params(const SchemeFactory& f, const Options& options, common::Params* layout) {
+  common::Params given(options.params);
+  Status s = f.layout(options, given, layout);
+  if (s.ok() && f.runtime != nullptr) s = f.runtime(given);
+  if (!s.ok()) return s;
+  std::vector<std::string> unknown = given.unasked();
+  if (unknown.empty()) return Status::Ok();
+  std::string known;
+  for (const std::string& k : given.asked()) known += (known.empty() ? "" : ", ") + k;
+  return {Code::kInvalidArgument, std::string(f.name) + ": unknown parameter '" + unknown[0] +
+                                      "' (its parameters: " + known + ")"};
+}
+
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
                   std::unique_ptr<Index>* out) {
   auto t0 = std::chrono::steady_clock::now();
@@ -327,8 +342,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
     return {Code::kInvalidArgument, "mode " + std::to_string(static_cast<uint32_t>(options.mode)) +
                                         " is not one of " + pm::mode_range()};
   common::Params layout;
-  Status s = f->layout(options, &layout);
-  if (s.ok() && f->runtime != nullptr) s = f->runtime(common::Params(options.params));
+  Status s = check_params(*f, options, &layout);
   if (!s.ok()) return s;
 
   auto impl = std::make_unique<IndexImpl>();

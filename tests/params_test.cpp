@@ -20,7 +20,7 @@ struct BadParam {
   const char* allowed;  // expected in the message
 };
 
-std::vector<BadParam> bad_params(const std::string& scheme) {
+std::vector<BadParam> bad_values(const std::string& scheme) {
   const char* kBool = "one of on, off, true, false, 1, 0";
   if (scheme == "turbohash") return {{"simd", "maybe", kBool}, {"simd", "", kBool}};
   if (scheme == "smartht")
@@ -51,6 +51,18 @@ std::vector<BadParam> bad_params(const std::string& scheme) {
             {"opportunistic", "sometimes", kBool},
             {"concurrency", "helping", "one of opportunistic, partition, locked"}};
   return {};
+}
+
+// Bad values, and names the scheme does not have: a misspelling of one of its own and
+// another scheme's parameter (before, both were ignored and the default stayed in force).
+std::vector<BadParam> bad_params(const std::string& scheme) {
+  std::vector<BadParam> v = bad_values(scheme);
+  const char* misspelt = scheme == "pmeh"   ? "segment_size"
+                         : scheme == "hdnh" ? "hotslots"
+                                            : "bucket";
+  v.push_back({misspelt, "8", "unknown parameter"});
+  v.push_back({scheme == "pmeh" ? "scope" : "zone_threads", "2", "unknown parameter"});
+  return v;
 }
 
 class ParamsTest : public ::testing::TestWithParam<std::string> {};

@@ -25,12 +25,21 @@ std::string Params::serialize() const {
   return s;
 }
 
+std::vector<std::string> Params::unasked() const {
+  std::vector<std::string> out;
+  for (auto& [k, v] : m_)
+    if (asked_.count(k) == 0) out.push_back(k);
+  return out;
+}
+
 std::string Params::get(const std::string& k, const std::string& def) const {
+  asked_.insert(k);
   auto it = m_.find(k);
   return it == m_.end() ? def : it->second;
 }
 
 bool Params::get_u64(const std::string& k, uint64_t def, uint64_t* out) const {
+  asked_.insert(k);
   auto it = m_.find(k);
   if (it == m_.end()) {
     *out = def;
@@ -61,6 +70,7 @@ Status Params::get_u64(const char* scheme, const std::string& k, uint64_t def, u
 }
 
 Status Params::get_bool(const char* scheme, const std::string& k, bool def, bool* out) const {
+  asked_.insert(k);
   auto it = m_.find(k);
   if (it == m_.end()) {
     *out = def;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,10 @@ class Params {
   static Params parse(const std::string& text);
   std::string serialize() const;
 
-  bool has(const std::string& k) const { return m_.count(k) != 0; }
+  bool has(const std::string& k) const {
+    asked_.insert(k);
+    return m_.count(k) != 0;
+  }
   std::string get(const std::string& k, const std::string& def) const;
   // Returns false (and leaves *out) when the value is not an unsigned integer.
   bool get_u64(const std::string& k, uint64_t def, uint64_t* out) const;
@@ -35,9 +39,14 @@ class Params {
                   std::string* out) const;
   void set(const std::string& k, const std::string& v) { m_[k] = v; }
   const std::map<std::string, std::string>& map() const { return m_; }
+  // The names a scheme asked for (any get or has, given or not): what it understands. A
+  // given name never asked for is a misspelling or another scheme's parameter.
+  const std::set<std::string>& asked() const { return asked_; }
+  std::vector<std::string> unasked() const;
 
  private:
   std::map<std::string, std::string> m_;
+  mutable std::set<std::string> asked_;
 };
 
 }  // namespace pmhash::common

@@ -81,8 +81,9 @@ class Scheme {
 
 struct SchemeFactory {
   const char* name;
-  // Layout parameters to record in a new pool (from Options; validated).
-  Status (*layout)(const Options& options, common::Params* layout);
+  // Layout parameters to record in a new pool (from Options and its params, `given`;
+  // validated).
+  Status (*layout)(const Options& options, const common::Params& given, common::Params* layout);
   // A new pool: build the structure and publish its root (Pool::mutable_header().root).
   Status (*create)(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   // An existing pool: fast path after a clean close, recovery after a crash.

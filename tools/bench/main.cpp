@@ -112,7 +112,8 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
             if (f == Format::kVariable) c.key_size = c.value_size = 16;
             DistSpec::parse(dist, &c.dist);
             c.threads = t;
-            c.params["zone_threads"] = std::to_string(t);  // PMEH: one zone set per worker
+            // PMEH: one zone set per worker (another scheme refuses the parameter).
+            if (c.scheme == "pmeh") c.params["zone_threads"] = std::to_string(t);
             c.keys = n(1'000'000);
             c.ops = n(500'000);
             c.capacity_hint = c.keys;
@@ -138,7 +139,7 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
         c.ops = n(10'000'000);
         c.capacity_hint = hint ? c.keys : 0;
         if (!hint) c.label = "no hint";
-        c.params["zone_threads"] = "2";  // PMEH: one zone set per worker
+        if (s == "pmeh") c.params["zone_threads"] = "2";  // one zone set per worker
         c.workloads = {"read", "negread", "update", "delete"};
         c.recovery = hint;
         v.push_back(c);

@@ -73,7 +73,7 @@ class Hdnh final : public Scheme {
   static Status parse_config(const common::Params& runtime, Config* cfg);
   Hdnh(SchemeContext& ctx, uint64_t root_off, const Config& cfg);
   ~Hdnh() override;
-  static Status layout(const Options& o, common::Params* layout);
+  static Status layout(const Options& o, const common::Params& given, common::Params* layout);
   static Status create(SchemeContext& ctx, std::unique_ptr<Scheme>* out);
   static Status open(SchemeContext& ctx, bool clean, std::unique_ptr<Scheme>* out);
 

@@ -13,8 +13,7 @@ using common::Slot;
 using common::store_word;
 using namespace detail;
 
-Status Hdnh::layout(const Options& o, common::Params* layout) {
-  common::Params p(o.params);
+Status Hdnh::layout(const Options& o, const common::Params& p, common::Params* layout) {
   uint64_t seg_bytes, segments;
   if (!p.get_u64("segment_bytes", 16384, &seg_bytes) || seg_bytes < sizeof(Bucket) ||
       seg_bytes > (uint64_t{1} << 20) || !std::has_single_bit(seg_bytes))

@@ -49,8 +49,7 @@ Status LineHT::parse_runtime(const common::Params& params, Runtime* out) {
   return s;
 }
 
-Status LineHT::layout(const Options& o, common::Params* layout) {
-  common::Params p(o.params);
+Status LineHT::layout(const Options& o, const common::Params& p, common::Params* layout) {
   uint64_t buckets, probe, shards;
   Status s = p.get_u64("lineht", "buckets", 64, 1, kMaxShardBuckets / 2, &buckets);
   if (s.ok()) s = p.get_u64("lineht", "probe", kDefaultProbe, 1, kMaxProbe, &probe);

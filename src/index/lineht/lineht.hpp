@@ -51,7 +51,7 @@ inline constexpr uint64_t kMutationCommitBeforeSlot = 16;  // insert: commit, th
 class LineHT final : public Scheme {
  public:
   LineHT(SchemeContext& ctx, uint64_t root_off);
-  static Status layout(const Options& o, common::Params* layout);
+  static Status layout(const Options& o, const common::Params& given, common::Params* layout);
   struct Runtime {
     bool filter = true;    // `filter`: readers consult the DRAM filter (off: PM buckets only)
     bool prefetch = true;  // `prefetch`: the home PM line fetched beside its filter word

@@ -63,8 +63,7 @@ Status Pmeh::parse_runtime(const common::Params& params, Runtime* out) {
   return s;
 }
 
-Status Pmeh::layout(const Options& o, common::Params* layout) {
-  common::Params p(o.params);
+Status Pmeh::layout(const Options& o, const common::Params& p, common::Params* layout) {
   uint64_t seg, split, zones, depth;
   if (!p.get_u64("segment_bytes", 32768, &seg) || seg < 2048 || seg > 131072 ||
       !std::has_single_bit(seg))

@@ -30,7 +30,7 @@ class Pmeh final : public Scheme {
  public:
   Pmeh(SchemeContext& ctx, uint64_t root_off);
   ~Pmeh() override;
-  static Status layout(const Options& o, common::Params* layout);
+  static Status layout(const Options& o, const common::Params& given, common::Params* layout);
   // `concurrency` (§III-D, Fig. 14): opportunistic (the paper's scheme: a zone's own thread
   // writes lock-free, other threads help under locks), partition (partition-only, the
   // paper's Fig. 14 baseline: a write from a thread that does not own the key's zone is

@@ -84,8 +84,7 @@ void SmartHT::free_filter(FilterAccounting& acc, BloomFilter* f) {
   delete f;
 }
 
-Status SmartHT::layout(const Options& o, common::Params* layout) {
-  common::Params p(o.params);
+Status SmartHT::layout(const Options& o, const common::Params& p, common::Params* layout) {
   // Paper: N = 2^24 head buckets for 200M keys. Default: about 4 keys per head bucket at the
   // expected count (short chains), else 2^18 head buckets.
   // A hint past the largest table gets the largest (the pool size decides).

@@ -38,7 +38,7 @@ class SmartHT final : public Scheme {
   enum class Start { kFresh, kCleanReopen, kAfterCrash };
   SmartHT(SchemeContext& ctx, uint64_t root_off, Start start);
   ~SmartHT() override;
-  static Status layout(const Options& o, common::Params* layout);
+  static Status layout(const Options& o, const common::Params& given, common::Params* layout);
   struct Runtime {
     bool filter = true;             // `filter`: the DRAM filter (off: every lookup reads PM)
     uint64_t recovery_threads = 1;  // `recovery_threads`: filter rebuild threads (default: cores)

@@ -66,8 +66,7 @@ void TurboHash::test_pause_after_retire() const {
   std::this_thread::sleep_for(std::chrono::microseconds(test_pause_us_));
 }
 
-Status TurboHash::layout(const Options& o, common::Params* layout) {
-  common::Params p(o.params);
+Status TurboHash::layout(const Options& o, const common::Params& p, common::Params* layout) {
   // Paper: 64K shards x 16 buckets for 12M slots. Default: sized from the capacity hint
   // for a load factor near 0.5 before the first resizes, else 1024 shards.
   uint64_t want_buckets = o.capacity_hint ? o.capacity_hint / 7 : 16 * 1024;

@@ -52,7 +52,7 @@ using common::packed_offset;
 class TurboHash final : public Scheme {
  public:
   TurboHash(SchemeContext& ctx, uint64_t root_off);
-  static Status layout(const Options& o, common::Params* layout);
+  static Status layout(const Options& o, const common::Params& given, common::Params* layout);
   struct Runtime {
     bool simd = true;                  // `simd`: SIMD tag matching (off: the scalar loop)
     bool gc = true;                    // `gc`: §4.6 same-size rehash of shards with many deletes

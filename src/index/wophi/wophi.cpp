@@ -63,8 +63,7 @@ common::Worker* Wophi::start_grower() {
   return worker_.get();
 }
 
-Status Wophi::layout(const Options& o, common::Params* layout) {
-  common::Params p(o.params);
+Status Wophi::layout(const Options& o, const common::Params& p, common::Params* layout) {
   // Main buckets: about 2 keys per bucket at the expected count (load factor 0.5 of the main
   // buckets), else 2^16. PAB: a quarter of the main buckets, grown as needed.
   // A hint past the largest table gets the largest (the pool size decides).

@@ -62,7 +62,7 @@ class Wophi final : public Scheme {
  public:
   Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash);
   ~Wophi() override;
-  static Status layout(const Options& o, common::Params* layout);
+  static Status layout(const Options& o, const common::Params& given, common::Params* layout);
   struct Runtime {
     bool pab = true;                 // `pab`: pre-allocated buckets (off: the baseline)
     bool grow_in_background = true;  // `pab_grow`: background | inline
