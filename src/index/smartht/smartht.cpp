@@ -16,6 +16,9 @@ using common::Slot;
 namespace {
 constexpr double kTargetFpr = 1e-4;  // §III-B1
 constexpr int kHashes = 3;           // §III-B1: three hash functions
+// A filter rebuilt because deleted keys filled it is sized for the live keys plus
+// 1/kChurnHeadroom of them (resized_capacity).
+constexpr uint64_t kChurnHeadroom = 4;
 
 uint64_t pow2_at_least(uint64_t x) {
   uint64_t p = 1;
@@ -49,6 +52,7 @@ SmartHT::SmartHT(SchemeContext& ctx, uint64_t root_off, Start start)
   uint64_t cap = 0;
   ctx.layout.get_u64("filter_keys", 1u << 20, &cap);
   initial_capacity_ = std::max<uint64_t>(cap, 1024);
+  sized_for_.store(initial_capacity_, std::memory_order_relaxed);  // the expected keys
   if (start == Start::kFresh) {
     if (use_filter_) filter_.store(make_filter(initial_capacity_));
     counts_valid_ = true;
@@ -380,14 +384,28 @@ void SmartHT::wait_for_filter() const {
   if (common::Worker* w = rebuilder_.load(std::memory_order_acquire)) w->wait_idle();
 }
 
-// Policy (the paper is silent): when the keys added since the filter was sized (deleted keys
-// leave their bits set, so they count) exceed its capacity, a new filter sized for twice the
-// live keys is built from the PDL in the background; operations go on meanwhile.
+// Policy (the paper is silent on deletes and growth; docs/schemes/smartht.md, "Filter size
+// under growth and churn"): a filter is too small when the keys whose bits it holds exceed
+// its capacity. Deleted keys keep their bits set (a Bloom filter cannot unset them), so
+// `adds_` counts them too: live keys plus the keys deleted since the filter was built.
 bool SmartHT::filter_too_small() const {
   if (!use_filter_) return false;
   pm::Epochs::Guard g(epochs_);
   BloomFilter* f = filter_.load(std::memory_order_acquire);
   return f != nullptr && adds_.load(std::memory_order_relaxed) > f->capacity();
+}
+
+// §III-B1 sizes the filter for the entries stored, so the new filter is sized from the live
+// count, with headroom for the inserts until the next rebuild:
+// - the live set grew past the headroom since the last sizing (growth): twice the live keys,
+//   so rebuilds stay about one scan per inserted key, as a doubling table's do;
+// - else (churn: the filter filled up with deleted keys' bits; it is stale, not small):
+//   the live keys plus a quarter. DRAM stays within 1.25x of the paper's sizing, and a
+//   rebuild comes once per quarter of the live set in inserts (four keys scanned per insert).
+uint64_t SmartHT::resized_capacity(uint64_t live) const {
+  const uint64_t sized_for = sized_for_.load(std::memory_order_relaxed);
+  const bool grew = live > sized_for + sized_for / kChurnHeadroom;
+  return std::max(initial_capacity_, live + (grew ? live : live / kChurnHeadroom));
 }
 
 void SmartHT::maybe_resize_filter() {
@@ -403,25 +421,46 @@ void SmartHT::maybe_resize_filter() {
 // then the old one is retired: lookups hold an epoch guard.
 void SmartHT::rebuild_filter() {
   for (;;) {
-    bool recovering = !counts_valid_.load(std::memory_order_acquire) ||
-                      (use_filter_ && filter_.load() == nullptr);
+    const bool counted = counts_valid_.load(std::memory_order_acquire);
+    bool recovering = !counted || (use_filter_ && filter_.load() == nullptr);
     if (!recovering && !filter_too_small()) return;
-    uint64_t capacity = initial_capacity_;
-    if (counts_valid_.load(std::memory_order_acquire))
-      capacity = std::max(initial_capacity_, live_items() * 2);
+    // No rebuild storm: a resize starts no sooner after the last build ended than that
+    // build took, so the worker scans at most half the time even when writers fill the
+    // headroom faster than a scan ends (the filter is then over its sizing for a while:
+    // more false positives, never a false negative). Normally the gap is far longer.
+    if (!recovering) {
+      const auto ready = last_build_end_ + last_build_time_;
+      for (auto now = std::chrono::steady_clock::now(); now < ready;
+           now = std::chrono::steady_clock::now()) {
+        if (rebuilder_.load()->stopping()) return;
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            ready - now, std::chrono::milliseconds(1)));
+      }
+    }
+    const uint64_t live = counted ? live_items() : 0;
+    const uint64_t capacity = counted ? resized_capacity(live) : initial_capacity_;
     BloomFilter* b = use_filter_ ? make_filter(capacity) : nullptr;
+    // Every insert from here on counts toward the new filter: one that lands before its
+    // stripe's scan is counted twice (conservative: a rebuild comes a little early).
+    const uint64_t adds_before = adds_.load(std::memory_order_seq_cst);
     // Published before the scan, so inserts add to it from now on.
     building_.store(b, std::memory_order_seq_cst);
     auto t0 = std::chrono::steady_clock::now();
-    if (!build_filter(b)) return;  // stopped: the destructor frees `building_`
-    last_build_ms_.store(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    uint64_t scanned = 0;
+    if (!build_filter(b, &scanned)) return;  // stopped: the destructor frees `building_`
+    last_build_end_ = std::chrono::steady_clock::now();
+    last_build_time_ = last_build_end_ - t0;
+    last_build_ms_.store(std::chrono::duration<double, std::milli>(last_build_time_).count());
     if (b != nullptr) {
       BloomFilter* old = filter_.exchange(b, std::memory_order_seq_cst);
       building_.store(nullptr, std::memory_order_seq_cst);
       if (old != nullptr) epochs_.retire([acc = filters_, old] { free_filter(*acc, old); });
     }
-    adds_.store(live_items(), std::memory_order_relaxed);
+    // The new filter holds the keys scanned (including those deleted after their stripe's
+    // scan: their bits stay) and those inserted since `adds_before`. One atomic add keeps
+    // the inserts that count concurrently: adds_ = scanned + (adds_ - adds_before).
+    adds_.fetch_add(scanned - adds_before, std::memory_order_relaxed);
+    sized_for_.store(counted ? live : initial_capacity_, std::memory_order_relaxed);
     counts_valid_.store(true, std::memory_order_release);
     rebuilds_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -432,8 +471,9 @@ void SmartHT::rebuild_filter() {
 // Each stripe is scanned under its shared lock, so an insert either lands before the scan
 // of its stripe or after `building_` was published, and the new filter misses nothing.
 // f == nullptr (filter off): only the stripe counts are recomputed.
-bool SmartHT::build_filter(BloomFilter* f) {
+bool SmartHT::build_filter(BloomFilter* f, uint64_t* scanned) {
   auto n = static_cast<unsigned>(recovery_threads_);
+  std::atomic<uint64_t> total{0};
   std::vector<std::thread> ts;  // scan helpers, joined below
   for (unsigned t = 0; t < n; ++t) {
     ts.emplace_back([&, t] {
@@ -455,6 +495,7 @@ bool SmartHT::build_filter(BloomFilter* f) {
           }
         }
         if (f != nullptr) f->add_batch(hashes.data(), hashes.size());
+        total.fetch_add(hashes.size(), std::memory_order_relaxed);
         // Inserts change the counts only under the exclusive lock: exact here.
         st.live.store(hashes.size(), std::memory_order_relaxed);
         st.chains.store(my_chains, std::memory_order_relaxed);
@@ -462,6 +503,7 @@ bool SmartHT::build_filter(BloomFilter* f) {
     });
   }
   for (auto& t : ts) t.join();
+  *scanned = total.load(std::memory_order_relaxed);
   return !rebuilder_.load()->stopping();
 }
 
@@ -490,6 +532,7 @@ bool SmartHT::load_saved_filter() {
     filter_.store(f, std::memory_order_release);
     adds_.store(adds);
   }
+  sized_for_.store(live_items(), std::memory_order_relaxed);
   counts_valid_.store(true);
   return true;
 }
@@ -586,6 +629,8 @@ void SmartHT::counters(std::map<std::string, double>* out) const {
   (*out)["chain_buckets_reclaimed"] = double(reclaimed_.load(std::memory_order_relaxed));
   (*out)["filter_bits"] = f ? double(f->nbits()) : 0;
   (*out)["filter_capacity"] = f ? double(f->capacity()) : 0;
+  // Keys whose bits the filter holds: live ones and those deleted since its build.
+  (*out)["filter_adds"] = f ? double(adds_.load(std::memory_order_relaxed)) : 0;
   (*out)["filter_rebuilds"] = double(rebuilds_.load());
   (*out)["filter_ready"] = f != nullptr ? 1 : 0;
   (*out)["filter_build_ms"] = last_build_ms_.load();

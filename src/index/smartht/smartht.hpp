@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -115,8 +116,11 @@ class SmartHT final : public Scheme {
   uint64_t live_items() const;
   void add_to_filters(uint64_t h);  // under the stripe's exclusive lock
   bool filter_too_small() const;
-  void rebuild_filter();                      // the worker's task: recovery or resize
-  bool build_filter(common::BloomFilter* f);  // scan the PDL, all threads; false if stopped
+  uint64_t resized_capacity(uint64_t live) const;  // keys a rebuilt filter is sized for
+  void rebuild_filter();                           // the worker's task: recovery or resize
+  // Scans the PDL with `recovery_threads_` threads into f (null: counts only); *scanned: the
+  // live keys found. False if stopped.
+  bool build_filter(common::BloomFilter* f, uint64_t* scanned);
   void maybe_resize_filter();
   static void bump(std::atomic<uint64_t>& c) {
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -138,10 +142,16 @@ class SmartHT final : public Scheme {
   // inserts also add to `building_` while a rebuild scans, so it misses nothing.
   std::atomic<common::BloomFilter*> filter_{nullptr};
   std::atomic<common::BloomFilter*> building_{nullptr};
-  std::atomic<uint64_t> adds_{0};  // keys added to the current filter (deleted ones stay set)
+  // Keys whose bits the current filter holds: live ones and those deleted since its build
+  // (their bits stay set). Compared with its capacity to decide a rebuild.
+  std::atomic<uint64_t> adds_{0};
+  std::atomic<uint64_t> sized_for_{0};  // the live keys the current filter was sized from
   std::atomic<uint64_t> rebuilds_{0};
   std::atomic<uint64_t> reclaimed_{0};  // chained buckets unlinked and freed by deletes
   std::atomic<double> last_build_ms_{0};
+  // The last build's end and duration (the worker's own: rebuild_filter paces resizes).
+  std::chrono::steady_clock::time_point last_build_end_{};
+  std::chrono::steady_clock::duration last_build_time_{};
   std::atomic<bool> counts_valid_{false};  // stripe counts known (after the first scan)
   std::shared_ptr<FilterAccounting> filters_{std::make_shared<FilterAccounting>()};
   std::unique_ptr<ThreadStats[]> tstats_;
