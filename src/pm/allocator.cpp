@@ -182,7 +182,7 @@ Status Allocator::validate(bool deep, std::string* report) const {
       }
     } else if (w != kChunkFree) {
       problem(where + ": neither free, a run of chunks in the heap, nor a slab");
-    } else if (deep) {
+    } else if (deep && !pool_.is_hole(bitmap_off_ + c * (chunk_ / 512), chunk_ / 512)) {
       for (uint64_t i = 0; i < chunk_ / 512 / 8; ++i)
         if (bm[i] != 0) {
           problem(where + ": a free chunk with allocation bits set");

@@ -371,6 +371,14 @@ Status Pool::map(const PoolArgs& args) {
   return Status::Ok();
 }
 
+// (The pool does positional I/O only, so moving the descriptor's offset is harmless.)
+bool Pool::is_hole(uint64_t off, uint64_t len) const {
+  if (fd_ < 0) return false;
+  off_t data = lseek(fd_, static_cast<off_t>(off), SEEK_DATA);
+  if (data < 0) return errno == ENXIO;  // no data at or after off
+  return static_cast<uint64_t>(data) >= off + len;
+}
+
 // Options::prefault. First the room: the pages the file lacks must fit in what its file
 // system has free, checked before anything is allocated (a refusal then leaves the file
 // system as it was), then allocated (fallocate: a file system that cannot is skipped).
