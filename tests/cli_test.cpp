@@ -220,14 +220,20 @@ TEST(Cli, HelpPrintsTheUsage) {
 }
 
 // The bench's options take whole numbers in range: a word aborted the process (an uncaught
-// std::invalid_argument), "-1" wrapped to 2^64 - 1, and 0 threads ran nothing.
+// std::invalid_argument), "-1" wrapped to 2^64 - 1, 0 threads or an empty list ran nothing,
+// a value size of 2^64 - 1 aborted (std::length_error), and the fixed format ignored sizes.
 TEST(Cli, BenchRefusesBadNumbersWithAMessage) {
-  for (const char* args : {"--keys abc", "--keys -1", "--keys 10x", "--threads 0", "--threads 2,x",
-                           "--repeat many", "--seed ''", "--mode nvm"}) {
+  for (const char* args :
+       {"--keys abc", "--keys -1", "--keys 10x", "--threads 0", "--threads 2,x", "--repeat many",
+        "--seed ''", "--mode nvm", "--threads ''", "--threads 1,,2", "--schemes ''", "--ops 0",
+        "--key-size 4", "--value-size 70000", "--delay-ns 4294967295",
+        "--format variable --key-size 5000"}) {
     SCOPED_TRACE(args);
     CliRun r = run(std::string("bench --pool-dir /nonexistent ") + args);
     EXPECT_EQ(r.exit_code, 2) << r.out;
     std::string option = std::string(args).substr(0, std::string(args).find(' '));
+    if (option == "--format") option = "--key-size";
+    if (option == "--key-size" && std::string(args) == "--key-size 4") option = "fixed format";
     EXPECT_NE(r.out.find(option), std::string::npos) << r.out;
   }
 }

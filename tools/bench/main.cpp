@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "report.hpp"
@@ -16,12 +17,16 @@ using namespace pmhash::bench;
 
 namespace {
 
-std::vector<std::string> split(const std::string& s, char sep) {
+// Empty items are dropped; `empty`, when given, is set if there was one (or the list is empty).
+std::vector<std::string> split(const std::string& s, char sep, bool* empty = nullptr) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, sep))
     if (!item.empty()) out.push_back(item);
+  if (empty != nullptr && (s.empty() || s.front() == sep || s.back() == sep ||
+                           s.find(std::string(2, sep)) != std::string::npos))
+    *empty = true;
   return out;
 }
 
@@ -561,6 +566,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
   std::string suite_name, json_path, csv_path;
   std::vector<std::string> scheme_list = schemes(), variants = {"pm"}, thread_list = {"1"};
   int repeat = 1;
+  std::optional<uint64_t> key_size, value_size;  // given: checked against the format below
+  bool empty_field = false;                      // a list option with an empty item
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
   for (int i = 1; i < argc; ++i) {
@@ -593,7 +600,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     } else if (a == "--suite")
       suite_name = next();
     else if (a == "--schemes")
-      scheme_list = split(next(), ',');
+      scheme_list = split(next(), ',', &empty_field);
     else if (a == "--variants")
       variants = split(next(), ',');
     else if (a == "--format") {
@@ -603,14 +610,12 @@ int pmhash::bench::bench_main(int argc, char** argv) {
         return 2;
       }
       base.format = f == "fixed" ? Format::kFixed : Format::kVariable;
-      if (base.format == Format::kVariable && base.key_size == 8)
-        base.key_size = 16, base.value_size = 15;
     } else if (a == "--key-size")
-      base.key_size = number(1, kAny);
+      key_size = number(1, kMaxKeySize);
     else if (a == "--value-size")
-      base.value_size = number(1, kAny);
+      value_size = number(1, kMaxValueSize);
     else if (a == "--threads") {
-      thread_list = split(next(), ',');
+      thread_list = split(next(), ',', &empty_field);
       for (auto& t : thread_list) {
         int n = 0;
         auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
@@ -623,7 +628,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     } else if (a == "--keys")
       base.keys = number(1, kAny);
     else if (a == "--ops")
-      base.ops = number(0, kAny);
+      base.ops = number(1, kAny);
     else if (a == "--workloads")
       base.workloads = split(next(), ',');
     else if (a == "--dist") {
@@ -660,7 +665,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     else if (a == "--prefault")
       base.prefault = true;
     else if (a == "--delay-ns")
-      base.delay_ns = static_cast<uint32_t>(number(0, UINT32_MAX));
+      base.delay_ns = static_cast<uint32_t>(number(0, 1'000'000));  // 1 ms per line at most
     else if (a == "--capacity-hint")
       base.capacity_hint = number(0, kAny);
     else if (a == "--repeat")
@@ -687,6 +692,24 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       std::fprintf(stderr, "pmhash-bench: unknown option %s\n%s", a.c_str(), kUsage);
       return 2;
     }
+  }
+  if (empty_field || thread_list.empty() || scheme_list.empty()) {
+    std::fprintf(stderr,
+                 "pmhash-bench: --threads and --schemes take non-empty, comma-separated "
+                 "lists\n");
+    return 2;
+  }
+  // Key and value sizes: the fixed format's are 8 bytes; the variable format's default to
+  // 16-byte keys and 15-byte values (one-line items), whatever the order of the options.
+  if (base.format == Format::kFixed && (key_size.value_or(8) != 8 || value_size.value_or(8) != 8)) {
+    std::fprintf(stderr,
+                 "pmhash-bench: the fixed format has 8-byte keys and values; use "
+                 "--format variable for other sizes\n");
+    return 2;
+  }
+  if (base.format == Format::kVariable) {
+    base.key_size = key_size.value_or(16);
+    base.value_size = value_size.value_or(15);
   }
   for (auto& var : variants)
     if (var != "pm" && var != "off" && var != "dram" && var != "cuckoo") {

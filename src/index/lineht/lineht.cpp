@@ -56,7 +56,9 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
   if (!s.ok()) return s;
   // Sized from the capacity hint for a load factor of kHintLoad percent, else 256 shards.
   uint64_t per_shard = std::max<uint64_t>(1, buckets * kSlots * kHintLoad / 100);
-  uint64_t def = o.capacity_hint ? (o.capacity_hint + per_shard - 1) / per_shard : 256;
+  // (Rounded up without hint + per_shard - 1, which wraps for a hint near 2^64.)
+  uint64_t def =
+      o.capacity_hint ? o.capacity_hint / per_shard + (o.capacity_hint % per_shard != 0) : 256;
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
   s = p.get_u64("lineht", "shards", def, 1, kMaxShards, &shards);
   if (!s.ok()) return s;
