@@ -558,10 +558,31 @@ struct Harness {
     Model m;
     if (verify(*idx, &m, where) && do_followup) followup(*idx, m);
     idx->impl()->scheme->wait_idle();        // a background sweep has finished
-    if (idx->impl()->alloc->swept() != 0) {  // a crash between mark and publish,
-      res.swept_states++;                    // or between unpublish and unmark
+    if (idx->impl()->alloc->swept() != 0) {  // a crash between mark and publish, or between
+      res.swept_states++;                    // unpublish and unmark, or untaken spare blocks
       res.swept_blocks += idx->impl()->alloc->swept();
+      if (swept_an_inflight_item(*idx)) res.write_window_states++;
     }
+  }
+
+  // Of the blocks the recovery's sweep freed, one that holds an in-flight operation's new
+  // item (the crash fell between the item's write and its publication) or the item it was
+  // replacing or deleting (between the unpublish and the unmark). Values are unique per
+  // operation, and spare blocks never taken hold neither.
+  bool swept_an_inflight_item(Index& idx) {
+    const common::Items& items = *idx.impl()->items;
+    if (!items.variable()) return false;
+    for (uint64_t off : idx.impl()->alloc->last_swept()) {
+      std::string_view k;
+      std::string v;
+      if (!items.item_key(off, &k) || !items.read_value(off, &v)) continue;
+      for (const Op& op : snap_inflight) {
+        std::string before;
+        bool had = snap_acked.get(op.key, &before) == Code::kOk;
+        if (k == op.key && (v == op.value || (had && v == before))) return true;
+      }
+    }
+    return false;
   }
 
   void at_crash_point(CrashSim& sim) {

@@ -130,6 +130,10 @@ struct CrashResult {
   // Recovered states whose recovery sweep freed blocks (pm::Allocator::sweep): crashes
   // inside a log-free allocation or free. And how many blocks those sweeps freed.
   uint64_t swept_states = 0, swept_blocks = 0;
+  // Of those, states whose sweep freed an in-flight operation's item (its new one, or the one
+  // it replaced or deleted): crashes inside a log-free write's window, not only untaken
+  // spare blocks (which a sweep frees too).
+  uint64_t write_window_states = 0;
   uint64_t sweep_crash_points = 0;    // crash points inside a background sweep (nested)
   uint64_t reads = 0;                 // completed reads by reader threads
   uint64_t read_constraints = 0;      // reads checked at a crash point (value seen, must survive)

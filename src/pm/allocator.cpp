@@ -574,6 +574,11 @@ uint64_t Allocator::end_sweep(bool background) {
   while (map_users_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   suspects_.reset();
   reached_.reset();
+  {
+    std::lock_guard<std::mutex> g(last_swept_mu_);
+    last_swept_.clear();
+    for (auto [off, size] : lost) last_swept_.push_back(off);
+  }
   const Persister& p = pool_.persister();
   for (auto [off, size] : lost) {
     uint64_t bit;
@@ -592,6 +597,11 @@ uint64_t Allocator::end_sweep(bool background) {
       release(off);
   }
   return lost.size();
+}
+
+std::vector<uint64_t> Allocator::last_swept() const {
+  std::lock_guard<std::mutex> g(last_swept_mu_);
+  return last_swept_;
 }
 
 void Allocator::write_back() {

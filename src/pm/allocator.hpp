@@ -104,6 +104,9 @@ class Allocator {
   void note_reachable(uint64_t off);
   uint64_t end_sweep(bool background);
   uint64_t swept() const { return swept_.load(std::memory_order_relaxed); }  // since open
+  // The blocks the last sweep freed (their bytes are left as they were): the crash tests
+  // look for an interrupted write's item among them.
+  std::vector<uint64_t> last_swept() const;
   // Clean close: persists the chunk table and every bitmap (what unmark() left unflushed).
   void write_back();
 
@@ -172,6 +175,8 @@ class Allocator {
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
   std::atomic<uint64_t> swept_{0};
+  mutable std::mutex last_swept_mu_;
+  std::vector<uint64_t> last_swept_;
   // While a sweep runs: one bit per 64-byte heap unit at each block's start (suspects:
   // allocated at begin_sweep(); reached: reported since).
   bool clear_allocated(uint64_t off, uint64_t size);
