@@ -95,7 +95,10 @@ class Index {
   // not fail), so a for_each callback must not wait for another thread's call on this index
   // while a check() may start. kInvalidArgument from inside any for_each callback.
   Status check(std::string* report = nullptr) const;
-  // Visits every live item (no concurrent writers allowed while it runs).
+  // Visits every live item. Meant for a quiet index: beside concurrent writers it is no
+  // snapshot (an item written or deleted meanwhile may be visited or not, and in the fixed
+  // format a slot rewritten under it can pair one write's key with another's value), but it
+  // never reads freed memory, and in the variable format each pair is one item, whole.
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
                 void* ctx) const;
   Status close();

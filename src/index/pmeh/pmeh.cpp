@@ -527,6 +527,8 @@ void Pmeh::stop() {
 
 void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
   for (uint64_t so : distinct_segments()) {
+    // Held while fn reads the items too: one a concurrent write frees is not reused before.
+    pm::Epochs::Guard guard(epochs_);
     SegmentHeader* s = segment(so);
     uint64_t meta = s->meta;
     Bucket* bs = buckets(s);

@@ -708,13 +708,12 @@ void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t hb = 0; hb < root_->nheads; ++hb) {
     chain.clear();
-    {
-      pm::Epochs::Guard g(epochs_);
-      uint64_t steps = 0;
-      for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
-        for (int i = 0; i < kSlots; ++i)
-          if (b->live(i)) chain.push_back(b->slots[i]);
-    }
+    // Held while fn reads the items too: one a concurrent write frees is not reused before.
+    pm::Epochs::Guard g(epochs_);
+    uint64_t steps = 0;
+    for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
+      for (int i = 0; i < kSlots; ++i)
+        if (b->live(i)) chain.push_back(b->slots[i]);
     for (const Slot& s : chain) fn(s);
   }
 }

@@ -27,6 +27,7 @@ Status Wophi::parse_runtime(const common::Params& params, Runtime* out) {
 Wophi::Wophi(SchemeContext& ctx, uint64_t root_off, bool after_crash)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
+      epochs_(ctx.epochs),
       items_(ctx.items),
       root_off_(root_off),
       root_(ctx.pool.ptr<Root>(root_off)),
@@ -524,6 +525,8 @@ void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t i = 0; i < root_->nbuckets; ++i) {
     chain.clear();
+    // Held while fn reads the items too: one a concurrent write frees is not reused before.
+    pm::Epochs::Guard guard(epochs_);
     {
       std::shared_lock<std::shared_mutex> lock(stripes_[i / root_->stripe].lock);
       for (const Bucket* b = main(i);; b = at(b->next)) {

@@ -114,6 +114,7 @@ class Wophi final : public Scheme {
 
   pm::Pool& pool_;
   pm::Allocator& alloc_;
+  pm::Epochs& epochs_;  // for_each: freed items are reused only after its callbacks
   const common::Items& items_;
   uint64_t root_off_;
   Root* root_;
