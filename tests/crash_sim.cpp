@@ -307,8 +307,14 @@ Code apply(Index& idx, const Op& op, std::string* got) {
 
 class OpGen {
  public:
-  OpGen(uint64_t seed, int keys, bool fixed, uint64_t key_base = 0, int churn_removes = 0)
-      : rng_(seed), keys_(keys), fixed_(fixed), base_(key_base), churn_removes_(churn_removes) {}
+  OpGen(uint64_t seed, int keys, bool fixed, uint64_t key_base = 0, int churn_removes = 0,
+        uint32_t first_version = 0)
+      : rng_(seed),
+        keys_(keys),
+        fixed_(fixed),
+        base_(key_base),
+        churn_removes_(churn_removes),
+        version_(first_version) {}
   Op next(int ramp_until, int i) {
     Op op;
     uint64_t k = base_ + rng_() % keys_;
@@ -486,7 +492,8 @@ struct Harness {
   }
 
   void followup(Index& idx, Model m) {
-    OpGen gen(cfg.seed * 7919 + point, cfg.keys * 2, fixed);
+    // Versions of their own: no follow-up value equals a workload operation's.
+    OpGen gen(cfg.seed * 7919 + point, cfg.keys * 2, fixed, 0, 0, uint32_t{1} << 30);
     std::string got, want;
     for (int i = 0; i < 60; ++i) {
       Op op = gen.next(20, i);
@@ -556,13 +563,15 @@ struct Harness {
         std::string(nested ? "after recovery (crashed once inside it)" : "after recovery") + " [" +
         mix_name + ", " + std::to_string(snap_inflight.size()) + " op(s) in flight]";
     Model m;
-    if (verify(*idx, &m, where) && do_followup) followup(*idx, m);
+    bool ok = verify(*idx, &m, where);  // (reads only)
+    // The swept blocks are read before the follow-up writes could reuse them.
     idx->impl()->scheme->wait_idle();        // a background sweep has finished
     if (idx->impl()->alloc->swept() != 0) {  // a crash between mark and publish, or between
       res.swept_states++;                    // unpublish and unmark, or untaken spare blocks
       res.swept_blocks += idx->impl()->alloc->swept();
       if (swept_an_inflight_item(*idx)) res.write_window_states++;
     }
+    if (ok && do_followup) followup(*idx, m);
   }
 
   // Of the blocks the recovery's sweep freed, one that holds an in-flight operation's new

@@ -96,9 +96,12 @@ class Index {
   // while a check() may start. kInvalidArgument from inside any for_each callback.
   Status check(std::string* report = nullptr) const;
   // Visits every live item. Meant for a quiet index: beside concurrent writers it is no
-  // snapshot (an item written or deleted meanwhile may be visited or not, and in the fixed
-  // format a slot rewritten under it can pair one write's key with another's value), but it
-  // never reads freed memory, and in the variable format each pair is one item, whole.
+  // snapshot — it may miss or repeat items, untouched ones too when a write moves records
+  // (HDNH's level rehash, PMEH's split), and in the fixed format a slot rewritten under it
+  // can pair one write's key with another's value — but it never reads freed memory, and
+  // in the variable format each pair is one item, whole. The callback runs inside a
+  // reclamation read-side section: it must not wait for another thread's write to any
+  // pmhash index (a write that must reclaim memory waits for that section to end).
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
                 void* ctx) const;
   Status close();

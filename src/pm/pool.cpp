@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <vector>
 
 namespace pmhash::pm {
 namespace {
@@ -371,9 +372,17 @@ Status Pool::map(const PoolArgs& args) {
   return Status::Ok();
 }
 
-// (The pool does positional I/O only, so moving the descriptor's offset is harmless.)
+// A page resident in this mapping is read, hole or not: a private (read-only or shadow)
+// mapping may hold recovery's writes the file does not. (The pool does positional I/O only,
+// so moving the descriptor's offset is harmless.)
 bool Pool::is_hole(uint64_t off, uint64_t len) const {
-  if (fd_ < 0) return false;
+  if (fd_ < 0 || len == 0) return false;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t first = off / page * page, end = (off + len + page - 1) / page * page;
+  std::vector<unsigned char> resident((end - first) / page);
+  if (mincore(base_ + first, end - first, resident.data()) != 0) return false;
+  for (unsigned char r : resident)
+    if (r & 1) return false;
   off_t data = lseek(fd_, static_cast<off_t>(off), SEEK_DATA);
   if (data < 0) return errno == ENXIO;  // no data at or after off
   return static_cast<uint64_t>(data) >= off + len;

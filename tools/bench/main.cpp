@@ -626,9 +626,9 @@ int pmhash::bench::bench_main(int argc, char** argv) {
         }
       }
     } else if (a == "--keys")
-      base.keys = number(1, kAny);
+      base.keys = number(0, kAny);  // 0: lfsweep sizes itself
     else if (a == "--ops")
-      base.ops = number(1, kAny);
+      base.ops = number(0, kAny);  // 0: a load (and recovery) only
     else if (a == "--workloads")
       base.workloads = split(next(), ',');
     else if (a == "--dist") {

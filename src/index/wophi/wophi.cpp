@@ -519,8 +519,8 @@ void Wophi::for_each_reachable(const std::function<void(uint64_t off)>& fn) cons
 }
 
 // Each chain is copied under its stripe's shared lock, then fn runs outside it, so it may
-// call into the index (get() from a callback). for_each allows no concurrent writers
-// (index.hpp): the callback may read items a concurrent delete frees.
+// call into the index (get() from a callback), inside an epoch guard: an item a concurrent
+// delete frees is not reused before fn has read it.
 void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t i = 0; i < root_->nbuckets; ++i) {
