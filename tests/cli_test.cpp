@@ -225,8 +225,9 @@ TEST(Cli, HelpPrintsTheUsage) {
 TEST(Cli, BenchRefusesBadNumbersWithAMessage) {
   for (const char* args :
        {"--keys abc", "--keys -1", "--keys 10x", "--threads 0", "--threads 2,x", "--repeat many",
-        "--seed ''", "--mode nvm", "--threads ''", "--threads 1,,2", "--schemes ''", "--key-size 4",
-        "--value-size 70000", "--delay-ns 4294967295", "--format variable --key-size 5000"}) {
+        "--seed ''", "--mode nvm", "--threads ''", "--threads 1,,2", "--schemes ''",
+        "--variants pm,", "--key-size 4", "--value-size 70000", "--delay-ns 4294967295",
+        "--format variable --key-size 5000"}) {
     SCOPED_TRACE(args);
     CliRun r = run(std::string("bench --pool-dir /nonexistent ") + args);
     EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -602,7 +602,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     else if (a == "--schemes")
       scheme_list = split(next(), ',', &empty_field);
     else if (a == "--variants")
-      variants = split(next(), ',');
+      variants = split(next(), ',', &empty_field);
     else if (a == "--format") {
       std::string f = next();
       if (f != "fixed" && f != "variable") {
@@ -693,10 +693,10 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       return 2;
     }
   }
-  if (empty_field || thread_list.empty() || scheme_list.empty()) {
+  if (empty_field || thread_list.empty() || scheme_list.empty() || variants.empty()) {
     std::fprintf(stderr,
-                 "pmhash-bench: --threads and --schemes take non-empty, comma-separated "
-                 "lists\n");
+                 "pmhash-bench: --threads, --schemes and --variants take non-empty, "
+                 "comma-separated lists\n");
     return 2;
   }
   // Key and value sizes: the fixed format's are 8 bytes; the variable format's default to
