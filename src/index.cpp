@@ -303,6 +303,13 @@ static Status check_params(const SchemeFactory& f, const Options& options, commo
                                       "' (its parameters: " + known + ")"};
 }
 
+Status check_scheme_options(const Options& options) {
+  const SchemeFactory* f = find_scheme(options.scheme);
+  if (f == nullptr) return {Code::kUnknownScheme, "unknown scheme '" + options.scheme + "'"};
+  common::Params layout;
+  return check_params(*f, options, &layout);
+}
+
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
                   std::unique_ptr<Index>* out) {
   auto t0 = std::chrono::steady_clock::now();

@@ -30,6 +30,9 @@ struct OpenHooks {
 
 Status open_index(const std::string& path, const Options& options, const OpenHooks& hooks,
                   std::unique_ptr<Index>* out);
+// The checks open() makes of options.scheme and options.params (names and values), without
+// a pool: tools validate every run of a batch before the first one starts.
+Status check_scheme_options(const Options& options);
 
 class IndexImpl {
  public:

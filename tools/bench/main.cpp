@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "index_impl.hpp"
 #include "report.hpp"
 #include "runner.hpp"
 
@@ -752,6 +753,21 @@ int pmhash::bench::bench_main(int argc, char** argv) {
         }
   }
 
+  // Refuse a scheme parameter a run's scheme lacks or a bad value before anything runs: a
+  // batch failed at that run, its finished rows lost (--params go to every scheme).
+  for (auto& c : configs) {
+    if (c.variant != "pm" && c.variant != "off") continue;  // the DRAM tables take none
+    Options o;
+    o.scheme = c.scheme;
+    o.format = c.format;
+    o.params = c.params;
+    o.capacity_hint = c.capacity_hint;
+    Status s = check_scheme_options(o);
+    if (!s.ok()) {
+      std::fprintf(stderr, "pmhash-bench: %s\n", s.to_string().c_str());
+      return 2;
+    }
+  }
   // Refuse a distribution a workload would not honour before anything runs (a suite too).
   for (auto& c : configs)
     for (auto& w : c.workloads) {
