@@ -303,9 +303,15 @@ static Status check_params(const SchemeFactory& f, const Options& options, commo
                                       "' (its parameters: " + known + ")"};
 }
 
+static Status unknown_scheme(const std::string& name) {
+  std::string names;
+  for (auto& n : schemes()) names += (names.empty() ? "" : ", ") + n;
+  return {Code::kUnknownScheme, "unknown scheme '" + name + "' (known: " + names + ")"};
+}
+
 Status check_scheme_options(const Options& options) {
   const SchemeFactory* f = find_scheme(options.scheme);
-  if (f == nullptr) return {Code::kUnknownScheme, "unknown scheme '" + options.scheme + "'"};
+  if (f == nullptr) return unknown_scheme(options.scheme);
   common::Params layout;
   return check_params(*f, options, &layout);
 }
@@ -336,11 +342,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
                                   const OpenHooks& hooks, std::unique_ptr<IndexImpl>* out,
                                   std::chrono::steady_clock::time_point t0) {
   const SchemeFactory* f = find_scheme(options.scheme);
-  if (f == nullptr) {
-    std::string names;
-    for (auto& n : schemes()) names += (names.empty() ? "" : ", ") + n;
-    return {Code::kUnknownScheme, "unknown scheme '" + options.scheme + "' (known: " + names + ")"};
-  }
+  if (f == nullptr) return unknown_scheme(options.scheme);
   if (options.format != Format::kFixed && options.format != Format::kVariable)
     return {Code::kInvalidArgument, "format " +
                                         std::to_string(static_cast<uint32_t>(options.format)) +

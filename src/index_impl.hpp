@@ -45,6 +45,12 @@ class IndexImpl {
   std::unique_ptr<pm::Epochs> epochs;
   std::unique_ptr<Scheme> scheme;
   Options options;
+  // Tools and tests: background work finished and what it retired freed (the caller holds
+  // no lock and no read-side section), so space readings are the index's settled state.
+  void quiesce() {
+    scheme->wait_idle();
+    epochs->reclaim_now();
+  }
   common::OpGate gate;  // close() shuts it; see common/op_gate.hpp
   static_assert(pm::ThreadRegistry::kMaxThreads <= common::OpGate::kThreads,
                 "every thread id has its gate counter");

@@ -48,8 +48,7 @@ double load_factor(const Index& idx) {
 // are held then: dram_bytes() is honest), and the old one is freed one grace period after
 // the rebuild. The settled state is the one that says whether DRAM grows with churn.
 double settled_dram_bytes_per_key(Index& idx) {
-  idx.impl()->scheme->wait_idle();
-  idx.impl()->epochs->reclaim_now();  // this thread holds no lock and no read-side section
+  idx.impl()->quiesce();
   Stats s = idx.stats();
   return s.size ? double(s.dram_bytes) / double(s.size) : 0;
 }

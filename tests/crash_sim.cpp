@@ -633,11 +633,6 @@ struct Harness {
     exploring = false;
   }
 
-  // An operation is in flight from here: recorded while the world runs. A crash point sets
-  // stop_ before it snapshots the state (under state_mu), so an operation it finds neither
-  // acknowledged nor in flight has not started, and waits until the crash point is over.
-  // (Recorded after op_begin alone, an operation could start between the two and change the
-  // pool unseen: "acknowledged key lost" in the all-new image of a stop-the-world test.)
   // The harness's test (CrashConfig::start_inside_crash_points): wait (at most 50 ms) until
   // a crash point has taken its snapshot and is making its images, so that this operation
   // starts inside it.
@@ -646,6 +641,11 @@ struct Harness {
     while (!exploring.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   }
 
+  // An operation is in flight from here: recorded while the world runs. A crash point sets
+  // stop_ before it snapshots the state (under state_mu), so an operation it finds neither
+  // acknowledged nor in flight has not started, and waits until the crash point is over.
+  // (Recorded after op_begin alone, an operation could start between the two and change the
+  // pool unseen: "acknowledged key lost" in the all-new image of a stop-the-world test.)
   void start(CrashSim& sim, int t, const Op& op) {
     for (;;) {
       sim.op_begin();

@@ -1,5 +1,7 @@
 #include "common/worker.hpp"
 
+#include <algorithm>
+
 #include "common/spin_lock.hpp"
 
 namespace pmhash::common {
@@ -56,6 +58,16 @@ void Worker::loop() {
   exited_.store(true, std::memory_order_release);
   done_.fetch_add(1, std::memory_order_acq_rel);
   done_.notify_all();
+}
+
+bool Worker::pause_until(std::chrono::steady_clock::time_point t) const {
+  for (auto now = std::chrono::steady_clock::now(); now < t;
+       now = std::chrono::steady_clock::now()) {
+    if (stopping()) return false;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(t - now, std::chrono::milliseconds(1)));
+  }
+  return !stopping();
 }
 
 void Worker::stop() {

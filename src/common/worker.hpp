@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -31,6 +32,9 @@ class Worker {
   void wait_idle();
   void stop();
   bool stopping() const { return stop_.load(std::memory_order_acquire); }
+  // For the task: sleeps until `t` (polling every millisecond); false, at once, when stop()
+  // has been asked.
+  bool pause_until(std::chrono::steady_clock::time_point t) const;
   // A run was asked for and has not finished.
   bool busy() const {
     return done_.load(std::memory_order_acquire) != requested_.load(std::memory_order_acquire);

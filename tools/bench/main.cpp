@@ -18,6 +18,12 @@ using namespace pmhash::bench;
 
 namespace {
 
+// `v` is a whole unsigned decimal number in [lo, hi] (no sign, blank or exponent).
+bool whole_number(const std::string& v, uint64_t lo, uint64_t hi, uint64_t* out) {
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), *out);
+  return !v.empty() && ec == std::errc() && end == v.data() + v.size() && *out >= lo && *out <= hi;
+}
+
 // Empty items are dropped; `empty`, when given, is set if there was one (or the list is empty).
 std::vector<std::string> split(const std::string& s, char sep, bool* empty = nullptr) {
   std::vector<std::string> out;
@@ -585,8 +591,7 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     auto number = [&](uint64_t lo, uint64_t hi) -> uint64_t {
       std::string v = next();
       uint64_t n = 0;
-      auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-      if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < lo || n > hi) {
+      if (!whole_number(v, lo, hi, &n)) {
         std::fprintf(stderr, "pmhash-bench: %s takes a whole number from %llu to %llu, not '%s'\n",
                      a.c_str(), static_cast<unsigned long long>(lo),
                      static_cast<unsigned long long>(hi), v.c_str());
@@ -618,9 +623,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     else if (a == "--threads") {
       thread_list = split(next(), ',', &empty_field);
       for (auto& t : thread_list) {
-        int n = 0;
-        auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
-        if (t.empty() || ec != std::errc() || end != t.data() + t.size() || n < 1 || n > 1024) {
+        uint64_t n = 0;
+        if (!whole_number(t, 1, 1024, &n)) {
           std::fprintf(stderr, "pmhash-bench: --threads takes numbers from 1 to 1024, not '%s'\n",
                        t.c_str());
           return 2;

@@ -677,8 +677,7 @@ void Runner::churn() {
     // and the new filter while it runs) has finished and retired memory is freed: what the
     // index keeps. dram_bytes_per_key is the reading as the step ended.
     if (dram0 > 0 && index_) {
-      index_->impl()->scheme->wait_idle();
-      index_->impl()->epochs->reclaim_now();
+      index_->impl()->quiesce();
       Stats s = index_stats();
       double rest = s.size ? double(s.dram_bytes) / double(s.size) : 0;
       r.values["dram_bytes_per_key_at_rest"] = rest;

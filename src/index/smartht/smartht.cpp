@@ -428,15 +428,7 @@ void SmartHT::rebuild_filter() {
     // build took, so the worker scans at most half the time even when writers fill the
     // headroom faster than a scan ends (the filter is then over its sizing for a while:
     // more false positives, never a false negative). Normally the gap is far longer.
-    if (!recovering) {
-      const auto ready = last_build_end_ + last_build_time_;
-      for (auto now = std::chrono::steady_clock::now(); now < ready;
-           now = std::chrono::steady_clock::now()) {
-        if (rebuilder_.load()->stopping()) return;
-        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-            ready - now, std::chrono::milliseconds(1)));
-      }
-    }
+    if (!recovering && !rebuilder_.load()->pause_until(last_build_end_ + last_build_time_)) return;
     const uint64_t live = counted ? live_items() : 0;
     const uint64_t capacity = counted ? resized_capacity(live) : initial_capacity_;
     BloomFilter* b = use_filter_ ? make_filter(capacity) : nullptr;

@@ -525,7 +525,6 @@ void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t i = 0; i < root_->nbuckets; ++i) {
     chain.clear();
-    // Held while fn reads the items too: one a concurrent write frees is not reused before.
     pm::Epochs::Guard guard(epochs_);
     {
       std::shared_lock<std::shared_mutex> lock(stripes_[i / root_->stripe].lock);
