@@ -546,10 +546,10 @@ void Index::for_each(void (*fn)(void*, std::string_view, std::string_view), void
   PMHASH_ENTER();
   const common::Items& items = *impl_->items;
   std::string v;
-  impl_->scheme->for_each([&](const common::Slot& live) {
-    // One load of each word: a slot rewritten meanwhile must not give the key of one item and
-    // the value of another (the variable format reads both from the item the value names).
-    common::Slot s{common::load_word(live.key), common::load_word(live.value)};
+  // s is a copy, each word read once (Scheme::for_each): a slot rewritten meanwhile cannot
+  // give the key of one item and the value of another (the variable format reads both from
+  // the item the value names).
+  impl_->scheme->for_each([&](const common::Slot& s) {
     std::string k = items.slot_key_bytes(s);
     if (items.read_value(s.value, &v)) fn(ctx, k, v);
   });

@@ -148,9 +148,6 @@ namespace {
 // whole pair (a torn one fails value_ok). SmartHT, WOPHI and PMEH called the callback
 // outside any epoch guard: an item freed meanwhile could be reused and read half-written
 // (raw pool bytes, seen from Python's items()).
-// (Not under TSan: the schemes' for_each walks read bucket words with plain loads, made for
-// a quiet index; beside writers TSan reports them. The optimistic readers use atomic loads.)
-#if !defined(__SANITIZE_THREAD__)
 class ForEachBesideWriters : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForEachBesideWriters, VisitsOnlyWholeStoredPairs) {
@@ -197,7 +194,6 @@ TEST_P(ForEachBesideWriters, VisitsOnlyWholeStoredPairs) {
 
 INSTANTIATE_TEST_SUITE_P(AllSchemes, ForEachBesideWriters, ::testing::ValuesIn(schemes()),
                          [](const auto& info) { return info.param; });
-#endif
 
 }  // namespace
 }  // namespace pmhash::testing

@@ -40,6 +40,11 @@ inline uint64_t load_word(const uint64_t& w) {
 inline void store_word(uint64_t& w, uint64_t v) {
   std::atomic_ref<uint64_t>(w).store(v, std::memory_order_release);
 }
+// A slot a writer may change meanwhile, each word loaded once: the caller keeps one pair
+// (in the variable format its key and value are then read from the one item it names).
+inline Slot load_slot(const Slot& s) {
+  return {load_word(s.key), load_word(s.value)};
+}
 
 class Items {
  public:

@@ -67,7 +67,10 @@ class Scheme {
   virtual bool check(std::string* report) const = 0;
   // Every pool block the index references (root, tables, out-of-line items).
   virtual void for_each_reachable(const std::function<void(uint64_t off)>& fn) const = 0;
-  // Every live item (quiescent index).
+  // Every live item (meant for a quiet index; index.hpp says what holds beside writers).
+  // fn gets a copy of the slot, read as the scheme's get() reads it: under the stripe lock
+  // (SmartHT, WOPHI) or with common::load_slot; every other shared word of the walk (bucket
+  // bitmaps, metadata) by common::load_word.
   virtual void for_each(const std::function<void(const common::Slot&)>& fn) const = 0;
   // Clean shutdown: persist whatever the paper saves for a fast reopen.
   virtual void close() {}

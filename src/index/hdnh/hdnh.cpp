@@ -410,8 +410,8 @@ void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
     const Level& l = *set->lv[i];
     for (uint64_t b = 0; b < l.nbuckets; ++b) {
       if (!bucket_live(l, b)) continue;
-      for (uint64_t bits = l.buckets[b].bitmap & 0xFF; bits; bits &= bits - 1)
-        fn(l.buckets[b].slots[std::countr_zero(bits)]);
+      for (uint64_t bits = load_word(l.buckets[b].bitmap) & 0xFF; bits; bits &= bits - 1)
+        fn(common::load_slot(l.buckets[b].slots[std::countr_zero(bits)]));
     }
   }
 }

@@ -99,8 +99,10 @@ void Hdnh::publish_levels(std::initializer_list<Level*> lv) {
 
 bool Hdnh::bucket_live(const Level& l, uint64_t b) const {
   // Bottom buckets already rehashed into the new top level are dead (their PM bitmap is
-  // not cleared: the whole level is freed when the resize ends).
-  return !(root_->level_number == 3 && l.off == root_->bottom.off && b < root_->rehash_progress);
+  // not cleared: the whole level is freed when the resize ends). for_each asks beside a
+  // resize: the root's words by load_word.
+  return !(load_word(root_->level_number) == 3 && l.off == load_word(root_->bottom.off) &&
+           b < load_word(root_->rehash_progress));
 }
 
 // ---- hashing ----

@@ -685,10 +685,8 @@ void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {
     uint64_t packed = current(s);
     const Bucket* b0 = buckets(packed);
     for (uint64_t i = 0; i < packed_count(packed); ++i)
-      for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1) {
-        const Slot& sl = b0[i].slots[std::countr_zero(mask)];
-        fn(Slot{load_word(sl.key), load_word(sl.value)});
-      }
+      for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1)
+        fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
   }
 }
 

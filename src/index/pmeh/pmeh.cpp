@@ -530,12 +530,12 @@ void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
     // Held while fn reads the items too: one a concurrent write frees is not reused before.
     pm::Epochs::Guard guard(epochs_);
     SegmentHeader* s = segment(so);
-    uint64_t meta = s->meta;
+    uint64_t meta = load_word(s->meta);
     Bucket* bs = buckets(s);
     std::vector<uint32_t> live = live_alloc(s);  // as in size()
     for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
       for (uint32_t a = live[i]; a; a &= a - 1) {
-        const Slot& sl = bs[i].slots[std::countr_zero(a)];
+        Slot sl = common::load_slot(bs[i].slots[std::countr_zero(a)]);
         if (covers(meta, items_.slot_hash(sl.key))) fn(sl);
       }
   }

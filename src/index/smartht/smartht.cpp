@@ -334,7 +334,7 @@ Status SmartHT::remove(std::string_view key) {
 // item is deleted is unlinked by one persisted 8-byte store, then it and its item are freed
 // (a crash in between: the recovery sweep frees them), so the key is gone exactly when the
 // bucket is (its token need not be cleared). The block's reuse waits an epoch grace period
-// (Allocator::on_free); readers hold the stripe lock, for_each an epoch guard.
+// (Allocator::on_free); readers and for_each hold the stripe lock.
 void SmartHT::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
   common::store_word(prev->next, b->next);
   pool_.persister().persist(&prev->next, 8);
@@ -693,19 +693,21 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
     }
 }
 
-// Each chain is copied under an epoch guard, then fn runs outside it, so it may call into
-// the index (get() from a callback). for_each allows no concurrent writers (index.hpp):
-// the guard does not make it safe beside deletes, whose items the callback may then read.
+// Each chain is copied under its stripe's shared lock, as get() reads it, then fn runs
+// outside the lock, so it may call into the index (get() from a callback), inside an epoch
+// guard: an item a concurrent write frees is not reused before fn has read it.
 void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
   std::vector<Slot> chain;
   for (uint64_t hb = 0; hb < root_->nheads; ++hb) {
     chain.clear();
-    // Held while fn reads the items too: one a concurrent write frees is not reused before.
     pm::Epochs::Guard g(epochs_);
-    uint64_t steps = 0;
-    for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
-      for (int i = 0; i < kSlots; ++i)
-        if (b->live(i)) chain.push_back(b->slots[i]);
+    {
+      std::shared_lock<std::shared_mutex> lock(stripe_of(hb).lock);
+      uint64_t steps = 0;
+      for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
+        for (int i = 0; i < kSlots; ++i)
+          if (b->live(i)) chain.push_back(b->slots[i]);
+    }
     for (const Slot& s : chain) fn(s);
   }
 }

@@ -614,10 +614,8 @@ void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
     uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
     const Bucket* b0 = shard_buckets(packed);
     for (uint64_t i = 0; i < packed_count(packed); ++i)
-      for (uint32_t mask = Bucket::live(b0[i].meta); mask; mask &= mask - 1) {
-        const Slot& sl = b0[i].slots[std::countr_zero(mask)];
-        fn(Slot{sl.key, sl.value});
-      }
+      for (uint32_t mask = Bucket::live(b0[i].load_meta()); mask; mask &= mask - 1)
+        fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
   }
 }
 
