@@ -54,6 +54,8 @@ void CrashSim::on_map(char* base, size_t size) {
   size_ = size;
   image_.assign(base, base + size);  // what is in the file is persisted
   pending_.clear();
+  unfenced_.clear();
+  durable_seq_.assign(size / 64, 0);
 }
 
 // In multi-threaded mode every hook call takes mu_: while one thread is at a crash point,
@@ -95,6 +97,7 @@ void CrashSim::snapshot_ordered(uint64_t line, bool flushed) {
   LikeTheHardware reading_the_pool;
   std::memcpy(sn.bytes.data(), base_ + line * 64, 64);
   sn.flushed = flushed;
+  sn.by = std::this_thread::get_id();
   ordered_[line].push_back(sn);
 }
 
@@ -110,9 +113,10 @@ void CrashSim::on_flush(const void* addr, size_t len) {
   uint64_t start = static_cast<uint64_t>(static_cast<const char*>(addr) - base_);
   LikeTheHardware reading_the_pool;
   for (uint64_t line = start / 64; line * 64 < start + len; ++line) {
-    std::array<char, 64> c;
-    std::memcpy(c.data(), base_ + line * 64, 64);
-    pending_[line] = c;
+    Flushed f{{}, ++flush_seq_};
+    std::memcpy(f.bytes.data(), base_ + line * 64, 64);
+    pending_[line] = f;
+    unfenced_[std::this_thread::get_id()][line] = f;
     if (ordered_.count(line)) snapshot_ordered(line, true);
   }
 }
@@ -160,15 +164,31 @@ void CrashSim::on_fence() {
     stop_ = false;
     in_callback_ = false;
   }
-  for (auto& [line, c] : pending_) std::memcpy(image_.data() + line * 64, c.data(), 64);
-  pending_.clear();
+  commit_own_flushes();
+}
+
+// The fence makes this thread's flushes durable (not another thread's: sfence orders only
+// the calling thread's write-backs).
+void CrashSim::commit_own_flushes() {
+  const std::thread::id me = std::this_thread::get_id();
+  auto mine = unfenced_.find(me);
+  if (mine == unfenced_.end()) return;
+  for (auto& [line, f] : mine->second) {
+    if (f.seq > durable_seq_[line]) {
+      std::memcpy(image_.data() + line * 64, f.bytes.data(), 64);
+      durable_seq_[line] = f.seq;
+    }
+    auto p = pending_.find(line);
+    if (p != pending_.end() && p->second.seq <= durable_seq_[line]) pending_.erase(p);
+  }
+  unfenced_.erase(mine);
   // A line's recorded order stays until its content is committed: drop the snapshots up to
-  // the last flushed one (now the persisted image), keep the later ones.
+  // the last one this thread flushed (now the persisted image), keep the later ones.
   for (auto it = ordered_.begin(); it != ordered_.end();) {
     auto& v = it->second;
     size_t last = v.size();
     for (size_t i = 0; i < v.size(); ++i)
-      if (v[i].flushed) last = i;
+      if (v[i].flushed && v[i].by == me) last = i;
     if (last != v.size()) v.erase(v.begin(), v.begin() + static_cast<long>(last) + 1);
     it = v.empty() ? ordered_.erase(it) : std::next(it);
   }
@@ -189,7 +209,7 @@ const std::vector<CrashSim::Dirty>& CrashSim::dirty() {
       std::memcpy(&d.old_value, img + w * 8, 8);
       std::memcpy(&d.new_value, work + w * 8, 8);
       if (p != pending_.end()) {
-        std::memcpy(&d.flushed_value, p->second.data() + w * 8, 8);
+        std::memcpy(&d.flushed_value, p->second.bytes.data() + w * 8, 8);
         d.has_flushed = d.flushed_value != d.old_value && d.flushed_value != d.new_value;
       }
       if (d.old_value != d.new_value || d.has_flushed) dirty_.push_back(d);
@@ -756,6 +776,7 @@ CrashResult run_crash_test(const CrashConfig& cfg) {
     if (!s.ok()) {
       h.fail("create failed: " + s.to_string());
     } else {
+      idx->impl()->alloc->spares().share_one_stripe(cfg.one_spare_stripe);
       if (cfg.threads == 1) {
         h.worker(*idx, sim, 0);  // on the thread that opened the pool: it takes the crashes
       } else {

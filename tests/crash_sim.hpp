@@ -70,12 +70,25 @@ class CrashSim : public pm::PersistHook {
   char* base_ = nullptr;
   size_t size_ = 0;
   std::vector<char> image_;
-  std::unordered_map<uint64_t, std::array<char, 64>> pending_;  // line -> flushed content
+  // A flush is made durable by a fence of the thread that issued it (x86: sfence orders
+  // only its own thread's clwb), so flushed content is kept per thread until that thread
+  // fences. pending_ holds each line's newest flushed, not yet durable content (any thread):
+  // what a crash may have written back.
+  struct Flushed {
+    std::array<char, 64> bytes;
+    uint64_t seq;  // flush order: an older flush never overwrites a newer durable one
+  };
+  std::unordered_map<uint64_t, Flushed> pending_;
+  std::unordered_map<std::thread::id, std::unordered_map<uint64_t, Flushed>> unfenced_;
+  std::vector<uint64_t> durable_seq_;  // per line: the seq of the content in image_
+  uint64_t flush_seq_ = 0;
+  void commit_own_flushes();
   // Lines with a program order recorded since the last fence (line_order() and flushes, in
   // call order): such a line persists as a prefix of its writes, never out of order.
   struct Snapshot {
     std::array<char, 64> bytes;
     bool flushed;  // taken by a flush (else by line_order)
+    std::thread::id by;
   };
   std::unordered_map<uint64_t, std::vector<Snapshot>> ordered_;
   void snapshot_ordered(uint64_t line, bool flushed);
@@ -120,6 +133,9 @@ struct CrashConfig {
   // 50 ms) until another thread's crash point has taken its snapshot before it records the
   // operation in flight, so the operation starts while that crash point is explored.
   bool start_inside_crash_points = false;
+  // Every thread takes spare blocks from one stripe (pm::SpareBlocks::share_one_stripe), so
+  // writers take blocks another writer refilled.
+  bool one_spare_stripe = false;
 };
 
 struct CrashResult {

@@ -463,6 +463,11 @@ void Allocator::mark(const std::vector<Reservation>& rs) {
   for (uintptr_t l : lines) pool_.persister().flush(reinterpret_cast<const void*>(l), 64);
 }
 
+void Allocator::flush_mark(const Reservation& r) {
+  uint64_t bit;
+  pool_.persister().flush(meta_word(r.off, r.size, &bit), 8);
+}
+
 // Clears the block's allocation bit (its chunk word, for a run) unless it is clear already;
 // true if this call cleared it. Atomic: a runtime free and the background sweep may race
 // for one block (begin_sweep), and only the winner accounts for it and lets it be reused.

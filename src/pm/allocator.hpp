@@ -79,6 +79,9 @@ class Allocator {
   void mark(const Reservation& r);  // allocation bit set and flushed (caller fences)
   // The same for several reservations: every bit set, each meta-data line flushed once.
   void mark(const std::vector<Reservation>& rs);
+  // The line of a marked block's bit flushed again (caller fences): a thread that did not
+  // mark it orders the bit by its own fence (SpareBlocks::take).
+  void flush_mark(const Reservation& r);
   void unmark(uint64_t off);  // bit cleared, not flushed; DRAM reuse via on_free
   // After a crash, before any operation: frees every allocated block `walk` does not
   // report reachable (persisted, fenced); returns how many. begin_sweep(), the walk into
