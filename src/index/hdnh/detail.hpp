@@ -6,7 +6,10 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstring>
+#include <new>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "common/spin_lock.hpp"
@@ -43,9 +46,29 @@ inline uint64_t next_random() {
   return tl_random;
 }
 
-// A hot item of the variable format: an immutable DRAM copy, freed after an epoch.
-struct HotItem {
-  std::string key, value;
+// A hot item of the variable format too long to be inline: an immutable DRAM copy, freed
+// after an epoch. One allocation (was a struct of two std::strings: three for long ones):
+//
+//   bytes 0..3 key length, 4..7 value length, then the key's bytes, then the value's
+class HotItem {
+ public:
+  static HotItem* make(std::string_view key, std::string_view value) {
+    void* mem = ::operator new(sizeof(HotItem) + key.size() + value.size());
+    auto* item = new (mem) HotItem(uint32_t(key.size()), uint32_t(value.size()));
+    std::memcpy(item->bytes(), key.data(), key.size());
+    std::memcpy(item->bytes() + key.size(), value.data(), value.size());
+    return item;
+  }
+  static void destroy(const HotItem* item) { ::operator delete(const_cast<HotItem*>(item)); }
+  std::string_view key() const { return {bytes(), key_len_}; }
+  std::string_view value() const { return {bytes() + key_len_, value_len_}; }
+  uint64_t dram_bytes() const { return sizeof(HotItem) + key_len_ + value_len_; }
+
+ private:
+  HotItem(uint32_t k, uint32_t v) : key_len_(k), value_len_(v) {}
+  char* bytes() { return reinterpret_cast<char*>(this + 1); }
+  const char* bytes() const { return reinterpret_cast<const char*>(this + 1); }
+  uint32_t key_len_, value_len_;
 };
 
 enum HotOp { kHotPut = 1, kHotRemove = 2 };

@@ -271,8 +271,7 @@ uint64_t Hdnh::dram_bytes() const {
           m = l.hot.meta(b, e).load(std::memory_order_acquire);
         } while ((m & hot::kValid) && !(m & hot::kBusy) && !hot_snapshot(l.hot, b, e, m, &p));
         if (!(m & hot::kValid) || (m & hot::kBusy) || p.is_inline()) continue;
-        auto* hi = reinterpret_cast<const HotItem*>(p.w[0]);
-        n += sizeof(HotItem) + hi->key.capacity() + hi->value.capacity();
+        n += reinterpret_cast<const HotItem*>(p.w[0])->dram_bytes();
       }
   }
   return n;

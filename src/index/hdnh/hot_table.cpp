@@ -18,7 +18,7 @@ hot::Payload Hdnh::hot_payload(std::string_view key, std::string_view value) con
   if (!items_.variable())
     std::memcpy(&p.w[0], value.data(), 8);
   else if (!hot::Payload::make_inline(key, value, &p))
-    p.w[0] = reinterpret_cast<uint64_t>(new HotItem{std::string(key), std::string(value)});
+    p.w[0] = reinterpret_cast<uint64_t>(HotItem::make(key, value));
   return p;
 }
 
@@ -49,11 +49,11 @@ void Hdnh::hot_store(const hot::Table& t, uint64_t b, int e, uint64_t kw, const 
 void Hdnh::hot_release(const hot::Payload& p) {
   if (!items_.variable() || p.is_inline() || p.w[0] == 0) return;
   uint64_t ptr = p.w[0];
-  epochs_.retire([ptr] { delete reinterpret_cast<HotItem*>(ptr); });
+  epochs_.retire([ptr] { HotItem::destroy(reinterpret_cast<const HotItem*>(ptr)); });
 }
 
 void Hdnh::hot_free_now(const hot::Payload& p) const {
-  if (items_.variable() && !p.is_inline()) delete reinterpret_cast<HotItem*>(p.w[0]);
+  if (items_.variable() && !p.is_inline()) HotItem::destroy(reinterpret_cast<HotItem*>(p.w[0]));
 }
 
 void Hdnh::hot_free_level(const Level& l) const {
@@ -66,7 +66,7 @@ void Hdnh::hot_free_level(const Level& l) const {
 std::string_view Hdnh::hot_key_bytes(const hot::Payload& p) const {
   if (p.is_inline()) return p.inline_key();
   if (p.w[0] == 0) return {};
-  return reinterpret_cast<const HotItem*>(p.w[0])->key;
+  return reinterpret_cast<const HotItem*>(p.w[0])->key();
 }
 
 void Hdnh::hot_value(const hot::Payload& p, std::string* value) const {
@@ -75,7 +75,7 @@ void Hdnh::hot_value(const hot::Payload& p, std::string* value) const {
   else if (p.is_inline())
     value->assign(p.inline_value());
   else
-    value->assign(reinterpret_cast<const HotItem*>(p.w[0])->value);
+    value->assign(reinterpret_cast<const HotItem*>(p.w[0])->value());
 }
 
 bool Hdnh::hot_matches(uint64_t kw, const hot::Payload& p, const Hashed& k,
