@@ -161,21 +161,25 @@ std::vector<RunConfig> suite(const std::string& name, const RunConfig& base,
   } else if (name == "writes") {
     // docs/RESULTS.md "Flushes and fences per write" (issue 18): every scheme, both formats,
     // one thread, a fixed seed; the persist counters are exact (timing does not change them).
+    // Grown from empty (every resize the load causes is in its row) and pre-sized (capacity
+    // hint = keys, label "pre-sized": the write paths alone, as the papers count them).
     for (auto& s : schemes_list)
-      for (Format f : {Format::kFixed, Format::kVariable}) {
-        RunConfig c = base;
-        c.scheme = s;
-        c.variant = "pm";
-        c.format = f;
-        if (f == Format::kVariable) c.key_size = 16, c.value_size = 15;  // one-line items
-        c.threads = 1;
-        c.keys = 100'000;  // not scaled: the counts are the point
-        c.ops = 100'000;
-        c.seed = 1;
-        c.workloads = {"insert", "update", "delete"};
-        c.recovery = false;
-        v.push_back(c);
-      }
+      for (Format f : {Format::kFixed, Format::kVariable})
+        for (bool sized : {false, true}) {
+          RunConfig c = base;
+          if (sized) c.capacity_hint = 200'000, c.label = "pre-sized";  // + the inserted keys
+          c.scheme = s;
+          c.variant = "pm";
+          c.format = f;
+          if (f == Format::kVariable) c.key_size = 16, c.value_size = 15;  // one-line items
+          c.threads = 1;
+          c.keys = 100'000;  // not scaled: the counts are the point
+          c.ops = 100'000;
+          c.seed = 1;
+          c.workloads = {"insert", "update", "delete"};
+          c.recovery = false;
+          v.push_back(c);
+        }
   } else if (name == "churn") {
     // docs/RESULTS.md "Space under churn" (issue 18): 100K live keys (capacity hint = live
     // keys) under 1M random inserts of new keys and deletes of live ones, both formats.
