@@ -221,13 +221,15 @@ TEST(Cli, HelpPrintsTheUsage) {
 
 // The bench's options take whole numbers in range: a word aborted the process (an uncaught
 // std::invalid_argument), "-1" wrapped to 2^64 - 1, 0 threads or an empty list ran nothing,
-// a value size of 2^64 - 1 aborted (std::length_error), and the fixed format ignored sizes.
+// a value size of 2^64 - 1 aborted (std::length_error), the fixed format ignored sizes, and
+// variable keys too short to be distinct ran (16 keys of one hex digit: most inserts failed).
 TEST(Cli, BenchRefusesBadNumbersWithAMessage) {
   for (const char* args :
        {"--keys abc", "--keys -1", "--keys 10x", "--threads 0", "--threads 2,x", "--repeat many",
         "--seed ''", "--mode nvm", "--threads ''", "--threads 1,,2", "--schemes ''",
         "--variants pm,", "--schemes lineht,hdnh --params filter=off", "--key-size 4",
-        "--value-size 70000", "--delay-ns 4294967295", "--format variable --key-size 5000"}) {
+        "--value-size 70000", "--delay-ns 4294967295", "--format variable --key-size 5000",
+        "--format variable --key-size 1", "--format variable --key-size 8 --keys 1000000"}) {
     SCOPED_TRACE(args);
     CliRun r = run(std::string("bench --pool-dir /nonexistent ") + args);
     EXPECT_EQ(r.exit_code, 2) << r.out;

@@ -2,6 +2,7 @@
 // See docs/bench.md (options, suites, JSON schema).
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -773,6 +774,24 @@ int pmhash::bench::bench_main(int argc, char** argv) {
     Status s = check_scheme_options(o);
     if (!s.ok()) {
       std::fprintf(stderr, "pmhash-bench: %s\n", s.to_string().c_str());
+      return 2;
+    }
+  }
+  // Variable keys shorter than 16 bytes are that many hex digits of a 64-bit scramble (16
+  // bytes: all of it, a bijection; longer: the id appended): refuse a size whose keys would
+  // collide — an insert of a new key would meet an old one. Ids: the loaded keys, as many
+  // inserted and absent ones, bounded by keys + ops + keys.
+  for (auto& c : configs) {
+    if (c.format != Format::kVariable || c.key_size >= 16) continue;
+    const double ids = 2.0 * double(c.keys) + double(c.ops);
+    const double distinct = std::pow(16.0, double(c.key_size));
+    const double expected = ids * ids / (2 * distinct);  // collisions: the birthday bound
+    if (expected >= 0.5) {
+      std::fprintf(stderr,
+                   "pmhash-bench: --key-size %zu: keys of %zu hex digits (%.0f distinct) for up "
+                   "to %.0f key ids, about %.0f of them colliding; use a larger key size (16 "
+                   "never collides)\n",
+                   c.key_size, c.key_size, distinct, ids, std::min(ids, std::ceil(expected)));
       return 2;
     }
   }
