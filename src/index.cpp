@@ -2,6 +2,8 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "index_impl.hpp"
 
@@ -549,6 +551,19 @@ void Index::for_each(void (*fn)(void*, std::string_view, std::string_view), void
   // s is a copy, each word read once (Scheme::for_each): a slot rewritten meanwhile cannot
   // give the key of one item and the value of another (the variable format reads both from
   // the item the value names).
+  // In pieces, where the scheme walks so: a piece's pairs are copied inside its read-side
+  // section and fn is called after it has ended, so fn may wait for another thread's write
+  // (a write that reclaims memory waits for every section).
+  std::vector<std::pair<std::string, std::string>> piece;
+  auto copy = [&](const common::Slot& s) {
+    std::string k = items.slot_key_bytes(s);
+    if (items.read_value(s.value, &v)) piece.emplace_back(std::move(k), v);
+  };
+  auto call_back = [&] {
+    for (auto& [k, val] : piece) fn(ctx, k, val);
+    piece.clear();
+  };
+  if (impl_->scheme->for_each_in_pieces(copy, call_back)) return;
   impl_->scheme->for_each([&](const common::Slot& s) {
     std::string k = items.slot_key_bytes(s);
     if (items.read_value(s.value, &v)) fn(ctx, k, v);

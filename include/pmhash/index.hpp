@@ -99,9 +99,11 @@ class Index {
   // snapshot — it may miss or repeat items, untouched ones too when a write moves records
   // (HDNH's level rehash, PMEH's split), and in the fixed format a slot rewritten under it
   // can pair one write's key with another's value — but it never reads freed memory, and
-  // in the variable format each pair is one item, whole. The callback runs inside a
-  // reclamation read-side section: it must not wait for another thread's write to any
-  // pmhash index (a write that must reclaim memory waits for that section to end).
+  // in the variable format each pair is one item, whole. With HDNH, LineHT and TurboHash
+  // the callback runs inside a reclamation read-side section: it must not wait for another
+  // thread's write to any pmhash index (a write that must reclaim memory waits for that
+  // section to end). SmartHT, WOPHI and PMEH copy a chain's or a segment's pairs inside
+  // the section and call back after it, so there the callback may wait for writes.
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
                 void* ctx) const;
   Status close();

@@ -526,19 +526,29 @@ void Pmeh::stop() {
 }
 
 void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
+  for_each_in_pieces(fn, [] {});
+}
+
+// A piece is a segment.
+bool Pmeh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
+                              const std::function<void()>& piece_done) const {
   for (uint64_t so : distinct_segments()) {
-    // Held while fn reads the items too: one a concurrent write frees is not reused before.
-    pm::Epochs::Guard guard(epochs_);
-    SegmentHeader* s = segment(so);
-    uint64_t meta = load_word(s->meta);
-    Bucket* bs = buckets(s);
-    std::vector<uint32_t> live = live_alloc(s);  // as in size()
-    for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
-      for (uint32_t a = live[i]; a; a &= a - 1) {
-        Slot sl = common::load_slot(bs[i].slots[std::countr_zero(a)]);
-        if (covers(meta, items_.slot_hash(sl.key))) fn(sl);
-      }
+    {
+      // Held while fn reads the items too: one a concurrent write frees is not reused before.
+      pm::Epochs::Guard guard(epochs_);
+      SegmentHeader* s = segment(so);
+      uint64_t meta = load_word(s->meta);
+      Bucket* bs = buckets(s);
+      std::vector<uint32_t> live = live_alloc(s);  // as in size()
+      for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
+        for (uint32_t a = live[i]; a; a &= a - 1) {
+          Slot sl = common::load_slot(bs[i].slots[std::countr_zero(a)]);
+          if (covers(meta, items_.slot_hash(sl.key))) fn(sl);
+        }
+    }
+    piece_done();
   }
+  return true;
 }
 
 }  // namespace pmhash::pmeh

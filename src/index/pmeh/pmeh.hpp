@@ -65,6 +65,8 @@ class Pmeh final : public Scheme {
   void wait_idle() override;
   void stop() override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
+                          const std::function<void()>& piece_done) const override;
 
   // Overflow metadata that points at no stashed record, over every segment (tests; check()
   // reports it as a problem in segments the lazy crash recovery has already visited).

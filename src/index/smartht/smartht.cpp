@@ -693,23 +693,32 @@ void SmartHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) co
     }
 }
 
-// Each chain is copied under its stripe's shared lock, as get() reads it, then fn runs
-// outside the lock, so it may call into the index (get() from a callback), inside an epoch
-// guard: an item a concurrent write frees is not reused before fn has read it.
 void SmartHT::for_each(const std::function<void(const Slot&)>& fn) const {
+  for_each_in_pieces(fn, [] {});
+}
+
+// A piece is a chain: copied under its stripe's shared lock, as get() reads it, then fn
+// runs outside the lock, so it may call into the index (get() from a callback), inside an
+// epoch guard: an item a concurrent write frees is not reused before fn has read it.
+bool SmartHT::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
+                                 const std::function<void()>& piece_done) const {
   std::vector<Slot> chain;
   for (uint64_t hb = 0; hb < root_->nheads; ++hb) {
     chain.clear();
-    pm::Epochs::Guard g(epochs_);
     {
-      std::shared_lock<std::shared_mutex> lock(stripe_of(hb).lock);
-      uint64_t steps = 0;
-      for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
-        for (int i = 0; i < kSlots; ++i)
-          if (b->live(i)) chain.push_back(b->slots[i]);
+      pm::Epochs::Guard g(epochs_);
+      {
+        std::shared_lock<std::shared_mutex> lock(stripe_of(hb).lock);
+        uint64_t steps = 0;
+        for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++))
+          for (int i = 0; i < kSlots; ++i)
+            if (b->live(i)) chain.push_back(b->slots[i]);
+      }
+      for (const Slot& s : chain) fn(s);
     }
-    for (const Slot& s : chain) fn(s);
+    if (!chain.empty()) piece_done();
   }
+  return true;
 }
 
 }  // namespace pmhash::smartht

@@ -518,24 +518,33 @@ void Wophi::for_each_reachable(const std::function<void(uint64_t off)>& fn) cons
     }
 }
 
-// Each chain is copied under its stripe's shared lock, then fn runs outside it, so it may
-// call into the index (get() from a callback), inside an epoch guard: an item a concurrent
-// delete frees is not reused before fn has read it.
 void Wophi::for_each(const std::function<void(const Slot&)>& fn) const {
+  for_each_in_pieces(fn, [] {});
+}
+
+// A piece is a chain: copied under its stripe's shared lock, then fn runs outside it, so it
+// may call into the index (get() from a callback), inside an epoch guard: an item a
+// concurrent delete frees is not reused before fn has read it.
+bool Wophi::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
+                               const std::function<void()>& piece_done) const {
   std::vector<Slot> chain;
   for (uint64_t i = 0; i < root_->nbuckets; ++i) {
     chain.clear();
-    pm::Epochs::Guard guard(epochs_);
     {
-      std::shared_lock<std::shared_mutex> lock(stripes_[i / root_->stripe].lock);
-      for (const Bucket* b = main(i);; b = at(b->next)) {
-        for (int j = 0; j < kSlots; ++j)
-          if (b->live(j)) chain.push_back(b->slots[j]);
-        if (b->next == 0) break;
+      pm::Epochs::Guard guard(epochs_);
+      {
+        std::shared_lock<std::shared_mutex> lock(stripes_[i / root_->stripe].lock);
+        for (const Bucket* b = main(i);; b = at(b->next)) {
+          for (int j = 0; j < kSlots; ++j)
+            if (b->live(j)) chain.push_back(b->slots[j]);
+          if (b->next == 0) break;
+        }
       }
+      for (const Slot& s : chain) fn(s);
     }
-    for (const Slot& s : chain) fn(s);
+    if (!chain.empty()) piece_done();
   }
+  return true;
 }
 
 }  // namespace pmhash::wophi

@@ -81,6 +81,8 @@ class Wophi final : public Scheme {
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
+                          const std::function<void()>& piece_done) const override;
   void close() override;
   void wait_idle() override;
   void stop() override;
