@@ -62,6 +62,12 @@ void CrashSim::on_map(char* base, size_t size) {
 // the others park at their next flush or fence.
 // Hook calls always serialize (an index may flush from a background thread too).
 namespace {
+// A thread's identity for unfenced flushes: never reused.
+uint64_t thread_token() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1);
+  return token;
+}
 // This thread is inside a writer's operation (counted in busy_). Readers and the index's
 // background threads are not: the crashing thread does not wait for them to park.
 thread_local bool tls_busy = false;
@@ -97,7 +103,7 @@ void CrashSim::snapshot_ordered(uint64_t line, bool flushed) {
   LikeTheHardware reading_the_pool;
   std::memcpy(sn.bytes.data(), base_ + line * 64, 64);
   sn.flushed = flushed;
-  sn.by = std::this_thread::get_id();
+  sn.by = thread_token();
   ordered_[line].push_back(sn);
 }
 
@@ -116,7 +122,7 @@ void CrashSim::on_flush(const void* addr, size_t len) {
     Flushed f{{}, ++flush_seq_};
     std::memcpy(f.bytes.data(), base_ + line * 64, 64);
     pending_[line] = f;
-    unfenced_[std::this_thread::get_id()][line] = f;
+    unfenced_[thread_token()][line] = f;
     if (ordered_.count(line)) snapshot_ordered(line, true);
   }
 }
@@ -170,7 +176,7 @@ void CrashSim::on_fence() {
 // The fence makes this thread's flushes durable (not another thread's: sfence orders only
 // the calling thread's write-backs).
 void CrashSim::commit_own_flushes() {
-  const std::thread::id me = std::this_thread::get_id();
+  const uint64_t me = thread_token();
   auto mine = unfenced_.find(me);
   if (mine == unfenced_.end()) return;
   for (auto& [line, f] : mine->second) {
