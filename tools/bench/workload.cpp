@@ -14,12 +14,19 @@ void KeySpace::key(uint64_t id, std::string* out) const {
     out->assign(reinterpret_cast<const char*>(&k), 8);
     return;
   }
-  // Printable, fixed length: hex of the scrambled id, padded/cut to key_size.
-  char buf[17];
-  for (int i = 0; i < 16; ++i) buf[i] = "0123456789abcdef"[(k >> (60 - 4 * i)) & 15];
+  // Distinct for every id, fixed length: 16 bytes and more, the 16 hex digits of k (printable),
+  // padded, the id appended past 16; 8 to 15 bytes, k's 8 bytes then that many of its hex
+  // digits (fewer than 16 hex digits would collide). Shorter keys are refused (main.cpp).
+  char hex[16];
+  for (int i = 0; i < 16; ++i) hex[i] = "0123456789abcdef"[(k >> (60 - 4 * i)) & 15];
   out->assign(key_size_, 'k');
-  std::memcpy(out->data(), buf, std::min<size_t>(16, key_size_));
-  if (key_size_ > 16) std::memcpy(out->data() + key_size_ - 8, &id, 8);
+  if (key_size_ >= 16) {
+    std::memcpy(out->data(), hex, 16);
+    if (key_size_ > 16) std::memcpy(out->data() + key_size_ - 8, &id, 8);
+  } else {
+    std::memcpy(out->data(), &k, 8);
+    std::memcpy(out->data() + 8, hex, key_size_ - 8);
+  }
 }
 
 void KeySpace::value(uint64_t id, uint64_t version, std::string* out) const {
