@@ -144,6 +144,16 @@ INSTANTIATE_TEST_SUITE_P(
 namespace pmhash::testing {
 namespace {
 
+// A variable-format index of `scheme` with small tables holding keys 0 .. n-1 (version 0).
+void open_with_keys(const TempPool& p, const std::string& scheme, uint64_t n,
+                    std::unique_ptr<Index>* idx) {
+  Options o = small_options(scheme, Format::kVariable);
+  o.params = small_params(scheme);
+  ASSERT_TRUE(Index::open(p.path, o, idx).ok());
+  for (uint64_t i = 0; i < n; ++i)
+    ASSERT_TRUE((*idx)->upsert(make_key(i, false), make_value(make_key(i, false), 0, false)).ok());
+}
+
 // for_each beside writers that update and delete (variable format: every write retires an
 // item): each pair it visits is read while the item cannot be reused, so it is a stored,
 // whole pair (a torn one fails value_ok). SmartHT, WOPHI and PMEH called the callback
@@ -153,12 +163,8 @@ class ForEachBesideWriters : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForEachBesideWriters, VisitsOnlyWholeStoredPairs) {
   TempPool p;
-  Options o = small_options(GetParam(), Format::kVariable);
-  o.params = small_params(GetParam());
   std::unique_ptr<Index> idx;
-  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
-  for (uint64_t i = 0; i < 64; ++i)
-    ASSERT_TRUE(idx->upsert(make_key(i, false), make_value(make_key(i, false), 0, false)).ok());
+  ASSERT_NO_FATAL_FAILURE(open_with_keys(p, GetParam(), 64, &idx));
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> writes{0};
   std::vector<std::thread> writers;
@@ -205,12 +211,8 @@ class ForEachCallbackWaitingForWrites : public ::testing::TestWithParam<std::str
 
 TEST_P(ForEachCallbackWaitingForWrites, DoesNotDeadlock) {
   TempPool p;
-  Options o = small_options(GetParam(), Format::kVariable);
-  o.params = small_params(GetParam());
   std::unique_ptr<Index> idx;
-  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
-  for (uint64_t i = 0; i < 8; ++i)
-    ASSERT_TRUE(idx->upsert(make_key(i, false), make_value(make_key(i, false), 0, false)).ok());
+  ASSERT_NO_FATAL_FAILURE(open_with_keys(p, GetParam(), 8, &idx));
   struct Ctx {
     Index* idx = nullptr;
     std::thread writer;

@@ -14,6 +14,7 @@
 
 #include "index_impl.hpp"
 #include "model.hpp"
+#include "pm/threads.hpp"
 
 namespace pmhash::testing {
 
@@ -62,12 +63,6 @@ void CrashSim::on_map(char* base, size_t size) {
 // the others park at their next flush or fence.
 // Hook calls always serialize (an index may flush from a background thread too).
 namespace {
-// A thread's identity for unfenced flushes: never reused.
-uint64_t thread_token() {
-  static std::atomic<uint64_t> next{1};
-  thread_local const uint64_t token = next.fetch_add(1);
-  return token;
-}
 // This thread is inside a writer's operation (counted in busy_). Readers and the index's
 // background threads are not: the crashing thread does not wait for them to park.
 thread_local bool tls_busy = false;
@@ -103,7 +98,7 @@ void CrashSim::snapshot_ordered(uint64_t line, bool flushed) {
   LikeTheHardware reading_the_pool;
   std::memcpy(sn.bytes.data(), base_ + line * 64, 64);
   sn.flushed = flushed;
-  sn.by = thread_token();
+  sn.by = pm::thread_token();
   ordered_[line].push_back(sn);
 }
 
@@ -122,7 +117,7 @@ void CrashSim::on_flush(const void* addr, size_t len) {
     Flushed f{{}, ++flush_seq_};
     std::memcpy(f.bytes.data(), base_ + line * 64, 64);
     pending_[line] = f;
-    unfenced_[thread_token()][line] = f;
+    unfenced_[pm::thread_token()][line] = f;
     if (ordered_.count(line)) snapshot_ordered(line, true);
   }
 }
@@ -176,7 +171,7 @@ void CrashSim::on_fence() {
 // The fence makes this thread's flushes durable (not another thread's: sfence orders only
 // the calling thread's write-backs).
 void CrashSim::commit_own_flushes() {
-  const uint64_t me = thread_token();
+  const uint64_t me = pm::thread_token();
   auto mine = unfenced_.find(me);
   if (mine == unfenced_.end()) return;
   for (auto& [line, f] : mine->second) {

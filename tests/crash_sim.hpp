@@ -79,8 +79,8 @@ class CrashSim : public pm::PersistHook {
     uint64_t seq;  // flush order: an older flush never overwrites a newer durable one
   };
   std::unordered_map<uint64_t, Flushed> pending_;
-  // By thread token (never reused, unlike a std::thread::id: an exited thread's unfenced
-  // flushes must not become durable by a new thread's fence).
+  // By pm::thread_token (never reused, unlike a std::thread::id: an exited thread's
+  // unfenced flushes must not become durable by a new thread's fence).
   std::unordered_map<uint64_t, std::unordered_map<uint64_t, Flushed>> unfenced_;
   std::vector<uint64_t> durable_seq_;  // per line: the seq of the content in image_
   uint64_t flush_seq_ = 0;
@@ -90,7 +90,7 @@ class CrashSim : public pm::PersistHook {
   struct Snapshot {
     std::array<char, 64> bytes;
     bool flushed;  // taken by a flush (else by line_order)
-    uint64_t by;   // thread token
+    uint64_t by;   // pm::thread_token of the thread that took it
   };
   std::unordered_map<uint64_t, std::vector<Snapshot>> ordered_;
   void snapshot_ordered(uint64_t line, bool flushed);

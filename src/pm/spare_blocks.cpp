@@ -6,18 +6,9 @@
 
 #include "pm/allocator.hpp"
 #include "pm/pool.hpp"
+#include "pm/threads.hpp"
 
 namespace pmhash::pm {
-
-namespace {
-// A thread's identity for "who refilled": never reused (a std::thread::id is, after its
-// thread exits, and that thread's flushes were not necessarily fenced).
-uint64_t this_thread_token() {
-  static std::atomic<uint64_t> next{1};
-  thread_local const uint64_t token = next.fetch_add(1, std::memory_order_relaxed);
-  return token;
-}
-}  // namespace
 
 Reservation SpareBlocks::take(uint64_t bytes) {
   if (bytes > kMaxBlock) return {};
@@ -26,11 +17,11 @@ Reservation SpareBlocks::take(uint64_t bytes) {
   Stripe& s = mine();
   std::lock_guard<std::mutex> g(s.mu);
   std::vector<Reservation>& stock = s.stock[size_class];
-  if (stock.empty() && refill(block, &stock)) s.refilled_by[size_class] = this_thread_token();
+  if (stock.empty() && refill(block, &stock)) s.refilled_by[size_class] = thread_token();
   if (stock.empty()) return {};
   Reservation r = stock.back();
   stock.pop_back();
-  bool refilled_here = s.refilled_by[size_class] == this_thread_token();
+  bool refilled_here = s.refilled_by[size_class] == thread_token();
   if (!refilled_here && !PMHASH_MUTATION(alloc_.pool(), kMutationSpareBitNotReflushed))
     alloc_.flush_mark(r);  // this thread's fence must order the bit (see the header)
   return r;

@@ -4,8 +4,8 @@
 // item) pays, with Allocator::mark(), one more flushed line per write: the block's
 // allocation bit. Taking the block from a stock marked earlier moves that line off the write
 // path: a refill reserves a batch of 16 blocks of one size, sets their bits, flushes each
-// bitmap line once (neighbouring blocks share one). The write
-// path then persists only the block and the store that publishes it.
+// bitmap line once (neighbouring blocks share one). The write path then persists only the
+// block and the store that publishes it.
 //
 // The refill's fence is the write's own: a refill flushes the bits and does not fence, since
 // the thread that refilled fences before it publishes any block it takes (the item or
@@ -65,7 +65,9 @@ class SpareBlocks {
   struct alignas(64) Stripe {
     mutable std::mutex mu;
     std::array<std::vector<Reservation>, 5> stock;
-    std::array<uint64_t, 5> refilled_by{};  // the thread (ThreadToken) that refilled stock[i]
+    // Who refilled stock[i] (pm::thread_token: never reused, and an exited refiller's
+    // flushes were not necessarily fenced).
+    std::array<uint64_t, 5> refilled_by{};
   };
   static constexpr size_t kStripes = 16;
   static_assert(uint64_t{64} << 4 == kMaxBlock);

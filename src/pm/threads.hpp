@@ -15,6 +15,15 @@
 
 namespace pmhash::pm {
 
+// The calling thread's identity for the whole process, never given to another thread
+// (a std::thread::id and this registry's ids are reused after a thread exits): who refilled
+// a spare stock (SpareBlocks), whose flushes a fence commits (the crash simulator).
+inline uint64_t thread_token() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1, std::memory_order_relaxed);
+  return token;
+}
+
 // Per-thread state that must outlive the application's own thread_local objects, so that a
 // call made from one of their destructors (a per-thread buffer flushed into the index at
 // thread exit) still finds its thread id and its liburcu registration. A C++ thread_local
