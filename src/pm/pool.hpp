@@ -165,10 +165,10 @@ class Pool {
   // creation that did not finish, so the next open(create) formats it with new arguments.
   void abandon_creation();
 
-  // True when the file holds no data in [off, off + len) (a hole of a sparse pool): the
-  // range reads as zeros. A check that only needs zeros there skips the read, which on a
-  // full tmpfs would fault a page in and raise SIGBUS.
-  bool is_hole(uint64_t off, uint64_t len) const;
+  // Copies [off, off + len) of the pool to out, a hole of a sparse pool's file as the zeros
+  // it reads as, without reading it: a load there faults a page in, which on a full tmpfs
+  // raises SIGBUS. For checks that may meet pages nothing ever wrote.
+  void read_without_backing(uint64_t off, uint64_t len, void* out) const;
 
   // Options::prefault: allocate every page of the file and fault it in (pool.cpp). Called
   // by Index::open only after the pool passed validation, so a refused pool is not grown.
