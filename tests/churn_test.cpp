@@ -205,8 +205,8 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, ForEachBesideWriters, ::testing::ValuesIn(s
 // A for_each callback that waits for another thread's writes. In the variable format every
 // update retires an item; once pm::Epochs::kBacklog of them wait, the writing thread frees
 // them itself after a grace period (settle), which waits for every read-side section. A
-// callback running inside one waited for that write forever (index.hpp's caveat); SmartHT,
-// WOPHI and PMEH copy a chain's or a segment's pairs inside it and call back outside.
+// callback running inside one waited for that write forever (index.hpp's former caveat);
+// every scheme now copies a piece's pairs inside it and calls back outside.
 class ForEachCallbackWaitingForWrites : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ForEachCallbackWaitingForWrites, DoesNotDeadlock) {
@@ -242,10 +242,8 @@ TEST_P(ForEachCallbackWaitingForWrites, DoesNotDeadlock) {
   EXPECT_FALSE(c.timed_out) << "the writes waited for the for_each callback's read-side section";
 }
 
-// HDNH, LineHT and TurboHash call back inside their one section (index.hpp): they would
-// time out here.
-INSTANTIATE_TEST_SUITE_P(PieceSchemes, ForEachCallbackWaitingForWrites,
-                         ::testing::Values("smartht", "wophi", "pmeh"),
+INSTANTIATE_TEST_SUITE_P(AllSchemes, ForEachCallbackWaitingForWrites,
+                         ::testing::ValuesIn(schemes()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -99,11 +99,9 @@ class Index {
   // snapshot — it may miss or repeat items, untouched ones too when a write moves records
   // (HDNH's level rehash, PMEH's split), and in the fixed format a slot rewritten under it
   // can pair one write's key with another's value — but it never reads freed memory, and
-  // in the variable format each pair is one item, whole. With HDNH, LineHT and TurboHash
-  // the callback runs inside a reclamation read-side section: it must not wait for another
-  // thread's write to any pmhash index (a write that must reclaim memory waits for that
-  // section to end). SmartHT, WOPHI and PMEH copy a chain's or a segment's pairs inside
-  // the section and call back after it, so there the callback may wait for writes.
+  // in the variable format each pair is one item, whole. The pairs are copied a piece at a
+  // time (a chain, a segment, a shard, or 1024 buckets) inside a reclamation read-side
+  // section and passed to fn after it, so fn may wait for other threads' writes.
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
                 void* ctx) const;
   Status close();

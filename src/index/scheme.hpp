@@ -72,11 +72,10 @@ class Scheme {
   // (SmartHT, WOPHI) or with common::load_slot; every other shared word of the walk (bucket
   // bitmaps, metadata) by common::load_word.
   virtual void for_each(const std::function<void(const common::Slot&)>& fn) const = 0;
-  // for_each in pieces (SmartHT and WOPHI a chain, PMEH a segment): fn for one piece's items
-  // inside a read-side section of its own (fn may read the items), then piece_done() once
-  // that section, and any lock, has ended. False, having done nothing, where the walk holds
-  // one section throughout (HDNH's level set, LineHT's and TurboHash's shards may be replaced
-  // and freed meanwhile).
+  // for_each in pieces (SmartHT and WOPHI a chain, PMEH a segment, LineHT and TurboHash a
+  // shard, HDNH 1024 buckets of a level): fn for one piece's items inside a read-side
+  // section of its own (fn may read the items), then piece_done() once that section, and any
+  // lock, has ended. False, having done nothing, where the walk holds one section throughout.
   virtual bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
                                   const std::function<void()>& piece_done) const {
     (void)fn;

@@ -402,15 +402,44 @@ void Hdnh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const
   for_each([&](const Slot& s) { fn(s.value); });
 }
 
+// The caller holds a read-side section: a resize may free the level.
+void Hdnh::walk_buckets(const Level& l, uint64_t first, uint64_t end,
+                        const std::function<void(const Slot&)>& fn) const {
+  for (uint64_t b = first; b < end; ++b) {
+    if (!bucket_live(l, b)) continue;
+    for (uint64_t bits = load_word(l.buckets[b].bitmap) & 0xFF; bits; bits &= bits - 1)
+      fn(common::load_slot(l.buckets[b].slots[std::countr_zero(bits)]));
+  }
+}
+
+// One section for the whole walk: it sees one level set, so every item present throughout
+// (the sweeps' for_each_reachable relies on it while a resize moves items).
 void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
-  for (int i = 0; i < set->n; ++i) {
-    const Level& l = *set->lv[i];
-    for (uint64_t b = 0; b < l.nbuckets; ++b) {
-      if (!bucket_live(l, b)) continue;
-      for (uint64_t bits = load_word(l.buckets[b].bitmap) & 0xFF; bits; bits &= bits - 1)
-        fn(common::load_slot(l.buckets[b].slots[std::countr_zero(bits)]));
+  for (int i = 0; i < set->n; ++i) walk_buckets(*set->lv[i], 0, set->lv[i]->nbuckets, fn);
+}
+
+// A piece is kPieceBuckets buckets of one level, the level set loaded again for each (a
+// resize meanwhile replaces it and frees the bottom level). Levels are addressed by their
+// place in the current set: across a resize the walk may repeat or miss items, as index.hpp
+// allows for HDNH's rehash, but it reads only levels its own section holds.
+bool Hdnh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
+                              const std::function<void()>& piece_done) const {
+  constexpr uint64_t kPieceBuckets = 1024;
+  for (int i = 0;; ++i) {
+    bool level_left = true;
+    for (uint64_t first = 0; level_left; first += kPieceBuckets) {
+      {
+        pm::Epochs::Guard guard(epochs_);
+        const LevelSet* set = levels_.load();
+        if (i >= set->n) return true;
+        const Level& l = *set->lv[i];
+        uint64_t end = std::min(first + kPieceBuckets, l.nbuckets);
+        walk_buckets(l, first, end, fn);
+        level_left = end < l.nbuckets;
+      }
+      piece_done();
     }
   }
 }

@@ -87,6 +87,8 @@ class Hdnh final : public Scheme {
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
+                          const std::function<void()>& piece_done) const override;
   void stop() override;  // stops the partner writers
 
 #ifdef PMHASH_CRASH_HOOKS
@@ -112,6 +114,8 @@ class Hdnh final : public Scheme {
 #endif
 
  private:
+  void walk_buckets(const Level& l, uint64_t first, uint64_t end,
+                    const std::function<void(const common::Slot&)>& fn) const;
   struct Hashed {
     uint64_t h1, h2, kw;
     uint8_t fp;

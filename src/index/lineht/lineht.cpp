@@ -679,15 +679,32 @@ void LineHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) con
   }
 }
 
+// The caller holds a read-side section: the shard may be resized and its array freed.
+void LineHT::walk_items(uint64_t s, const std::function<void(const Slot&)>& fn) const {
+  uint64_t packed = current(s);
+  const Bucket* b0 = buckets(packed);
+  for (uint64_t i = 0; i < packed_count(packed); ++i)
+    for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1)
+      fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
+}
+
 void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {
-  pm::Epochs::Guard guard(epochs_);  // shards may be resized and freed
+  pm::Epochs::Guard guard(epochs_);
+  for (uint64_t s = 0; s < nshards_; ++s) walk_items(s, fn);
+}
+
+// A piece is a shard: a key stays in its shard and a resize publishes the shard's new array
+// whole, so the walk still visits each item present throughout once.
+bool LineHT::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
+                                const std::function<void()>& piece_done) const {
   for (uint64_t s = 0; s < nshards_; ++s) {
-    uint64_t packed = current(s);
-    const Bucket* b0 = buckets(packed);
-    for (uint64_t i = 0; i < packed_count(packed); ++i)
-      for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1)
-        fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
+    {
+      pm::Epochs::Guard guard(epochs_);
+      walk_items(s, fn);
+    }
+    piece_done();
   }
+  return true;
 }
 
 }  // namespace pmhash::lineht

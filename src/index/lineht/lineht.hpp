@@ -71,8 +71,11 @@ class LineHT final : public Scheme {
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
+                          const std::function<void()>& piece_done) const override;
 
  private:
+  void walk_items(uint64_t s, const std::function<void(const common::Slot&)>& fn) const;
   // A shard as a lookup sees it, computed from its 8-byte shard word alone: the PM bucket
   // array and its filter words, which sit at the PM array's line index in the filter array
   // (one word per 64-byte line of the pool). Nothing to load between the word and both.

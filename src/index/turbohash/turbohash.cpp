@@ -608,15 +608,32 @@ void TurboHash::for_each_reachable(const std::function<void(uint64_t off)>& fn) 
     walk_shard(shards_[s].packed.load(std::memory_order_acquire), fn);
 }
 
+// The caller holds a read-side section: the shard may be rehashed and its buckets freed.
+void TurboHash::walk_items(uint64_t s, const std::function<void(const Slot&)>& fn) const {
+  uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+  const Bucket* b0 = shard_buckets(packed);
+  for (uint64_t i = 0; i < packed_count(packed); ++i)
+    for (uint32_t mask = Bucket::live(b0[i].load_meta()); mask; mask &= mask - 1)
+      fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
+}
+
 void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
-  pm::Epochs::Guard guard(epochs_, threads_.id());  // shards may be resized and freed
+  pm::Epochs::Guard guard(epochs_, threads_.id());
+  for (uint64_t s = 0; s < nshards_; ++s) walk_items(s, fn);
+}
+
+// A piece is a shard: a key stays in its shard and a rehash publishes the shard's new
+// buckets whole, so the walk still visits each item present throughout once.
+bool TurboHash::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
+                                   const std::function<void()>& piece_done) const {
   for (uint64_t s = 0; s < nshards_; ++s) {
-    uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
-    const Bucket* b0 = shard_buckets(packed);
-    for (uint64_t i = 0; i < packed_count(packed); ++i)
-      for (uint32_t mask = Bucket::live(b0[i].load_meta()); mask; mask &= mask - 1)
-        fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
+    {
+      pm::Epochs::Guard guard(epochs_, threads_.id());
+      walk_items(s, fn);
+    }
+    piece_done();
   }
+  return true;
 }
 
 }  // namespace pmhash::turbohash

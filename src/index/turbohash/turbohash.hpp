@@ -73,10 +73,13 @@ class TurboHash final : public Scheme {
   bool check(std::string* report) const override;
   void for_each_reachable(const std::function<void(uint64_t off)>& fn) const override;
   void for_each(const std::function<void(const common::Slot&)>& fn) const override;
+  bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
+                          const std::function<void()>& piece_done) const override;
   void wait_idle() override;
   void stop() override;
 
  private:
+  void walk_items(uint64_t s, const std::function<void(const common::Slot&)>& fn) const;
   // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1), and the shard's
   // count of deleted slots for §4.6 (writers only, under the lock; counted on first need
   // after an open, so recovery stays a directory read).
