@@ -97,11 +97,12 @@ class Index {
   Status check(std::string* report = nullptr) const;
   // Visits every live item. Meant for a quiet index: beside concurrent writers it is no
   // snapshot — it may miss or repeat items, untouched ones too when a write moves records
-  // (HDNH's level rehash, PMEH's split), and in the fixed format a slot rewritten under it
-  // can pair one write's key with another's value — but it never reads freed memory, and
-  // in the variable format each pair is one item, whole. The pairs are copied a piece at a
-  // time (a chain, a segment, a shard, or 1024 buckets) inside a reclamation read-side
-  // section and passed to fn after it, so fn may wait for other threads' writes.
+  // (HDNH's level rehash, PMEH's split, a LineHT or TurboHash shard resize), and in the
+  // fixed format a slot rewritten under it can pair one write's key with another's value —
+  // but it never reads freed memory, and in the variable format each pair is one item,
+  // whole. The pairs are copied a piece at a time (a chain, a segment, or 64 buckets)
+  // inside a reclamation read-side section and passed to fn after it, so fn may wait for
+  // other threads' writes.
   void for_each(void (*fn)(void* ctx, std::string_view key, std::string_view value),
                 void* ctx) const;
   Status close();

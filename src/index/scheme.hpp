@@ -33,6 +33,10 @@ struct SchemeContext {
   common::Params runtime;  // Options::params of this open
 };
 
+// Buckets per piece of for_each_in_pieces where a piece is a range of buckets (HDNH, LineHT,
+// TurboHash): Index::for_each copies a piece's pairs, so a piece stays a few hundred items.
+inline constexpr uint64_t kPieceBuckets = 64;
+
 class Scheme {
  public:
   virtual ~Scheme() = default;
@@ -72,10 +76,11 @@ class Scheme {
   // (SmartHT, WOPHI) or with common::load_slot; every other shared word of the walk (bucket
   // bitmaps, metadata) by common::load_word.
   virtual void for_each(const std::function<void(const common::Slot&)>& fn) const = 0;
-  // for_each in pieces (SmartHT and WOPHI a chain, PMEH a segment, LineHT and TurboHash a
-  // shard, HDNH 1024 buckets of a level): fn for one piece's items inside a read-side
-  // section of its own (fn may read the items), then piece_done() once that section, and any
-  // lock, has ended. False, having done nothing, where the walk holds one section throughout.
+  // for_each in pieces (SmartHT and WOPHI a chain, PMEH a segment, HDNH, LineHT and
+  // TurboHash up to kPieceBuckets buckets of a level or shard): fn for one piece's items
+  // inside a read-side section of its own (fn may read the items), then piece_done() once
+  // that section, and any lock, has ended. False, having done nothing, where the walk holds
+  // one section throughout.
   virtual bool for_each_in_pieces(const std::function<void(const common::Slot&)>& fn,
                                   const std::function<void()>& piece_done) const {
     (void)fn;

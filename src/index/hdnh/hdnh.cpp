@@ -412,21 +412,19 @@ void Hdnh::walk_buckets(const Level& l, uint64_t first, uint64_t end,
   }
 }
 
-// One section for the whole walk: it sees one level set, so every item present throughout
-// (the sweeps' for_each_reachable relies on it while a resize moves items).
+// One section for the whole walk, over one level set.
 void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
   pm::Epochs::Guard guard(epochs_);
   const LevelSet* set = levels_.load();
   for (int i = 0; i < set->n; ++i) walk_buckets(*set->lv[i], 0, set->lv[i]->nbuckets, fn);
 }
 
-// A piece is kPieceBuckets buckets of one level, the level set loaded again for each (a
-// resize meanwhile replaces it and frees the bottom level). Levels are addressed by their
+// A piece is up to kPieceBuckets buckets of one level, the level set loaded again for each
+// (a resize meanwhile replaces it and frees the bottom level). Levels are addressed by their
 // place in the current set: across a resize the walk may repeat or miss items, as index.hpp
 // allows for HDNH's rehash, but it reads only levels its own section holds.
 bool Hdnh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
                               const std::function<void()>& piece_done) const {
-  constexpr uint64_t kPieceBuckets = 1024;
   for (int i = 0;; ++i) {
     bool level_left = true;
     for (uint64_t first = 0; level_left; first += kPieceBuckets) {

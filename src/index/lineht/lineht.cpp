@@ -679,30 +679,41 @@ void LineHT::for_each_reachable(const std::function<void(uint64_t off)>& fn) con
   }
 }
 
-// The caller holds a read-side section: the shard may be resized and its array freed.
-void LineHT::walk_items(uint64_t s, const std::function<void(const Slot&)>& fn) const {
-  uint64_t packed = current(s);
+// Buckets [first, end) of the shard array `packed` names; the caller holds a read-side
+// section (a resize may free the array).
+void LineHT::walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
+                          const std::function<void(const Slot&)>& fn) const {
   const Bucket* b0 = buckets(packed);
-  for (uint64_t i = 0; i < packed_count(packed); ++i)
+  for (uint64_t i = first; i < end; ++i)
     for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1)
       fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
 }
 
 void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {
   pm::Epochs::Guard guard(epochs_);
-  for (uint64_t s = 0; s < nshards_; ++s) walk_items(s, fn);
+  for (uint64_t s = 0; s < nshards_; ++s) {
+    uint64_t packed = current(s);
+    walk_buckets(packed, 0, packed_count(packed), fn);
+  }
 }
 
-// A piece is a shard: a key stays in its shard and a resize publishes the shard's new array
-// whole, so the walk still visits each item present throughout once.
+// A piece is up to kPieceBuckets buckets of a shard, its word read again for each: what
+// Index::for_each copies per piece stays small whatever a shard's size (one shard may hold
+// the whole table). Across a resize of the shard the walk may miss or repeat items.
 bool LineHT::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
                                 const std::function<void()>& piece_done) const {
   for (uint64_t s = 0; s < nshards_; ++s) {
-    {
-      pm::Epochs::Guard guard(epochs_);
-      walk_items(s, fn);
+    bool left = true;
+    for (uint64_t first = 0; left; first += kPieceBuckets) {
+      {
+        pm::Epochs::Guard guard(epochs_);
+        uint64_t packed = current(s), n = packed_count(packed);
+        uint64_t end = std::min(first + kPieceBuckets, n);
+        walk_buckets(packed, first, end, fn);
+        left = end < n;
+      }
+      piece_done();
     }
-    piece_done();
   }
   return true;
 }

@@ -75,7 +75,8 @@ class LineHT final : public Scheme {
                           const std::function<void()>& piece_done) const override;
 
  private:
-  void walk_items(uint64_t s, const std::function<void(const common::Slot&)>& fn) const;
+  void walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
+                    const std::function<void(const common::Slot&)>& fn) const;
   // A shard as a lookup sees it, computed from its 8-byte shard word alone: the PM bucket
   // array and its filter words, which sit at the PM array's line index in the filter array
   // (one word per 64-byte line of the pool). Nothing to load between the word and both.

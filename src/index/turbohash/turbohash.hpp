@@ -79,7 +79,8 @@ class TurboHash final : public Scheme {
   void stop() override;
 
  private:
-  void walk_items(uint64_t s, const std::function<void(const common::Slot&)>& fn) const;
+  void walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
+                    const std::function<void(const common::Slot&)>& fn) const;
   // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1), and the shard's
   // count of deleted slots for §4.6 (writers only, under the lock; counted on first need
   // after an open, so recovery stays a directory read).
