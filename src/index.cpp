@@ -82,6 +82,13 @@ std::vector<std::string> schemes() {
   return v;
 }
 
+Status IndexImpl::full_status(const Status& s) const {
+  if (!alloc->file_system_full()) return s;
+  return {Code::kPoolFull,
+          s.message() + " (the pool has room, its file system has not: the file '" + pool->path() +
+              "' is sparse; free space there or prefault the pool)"};
+}
+
 Status IndexImpl::check_key(std::string_view key) const {
   if (key_size_ok(key)) return Status::Ok();
   if (!items->variable())
@@ -403,6 +410,10 @@ static Status open_index_resolved(const std::string& path, const Options& option
     }
   }
 
+  // A pool created before session 19 may hold its redo logs in holes (pm::Pool::back);
+  // best effort: on a full file system they stay as they were.
+  if (!pool.read_only()) (void)pool.back(0, pool.header().chunk_table_offset);
+
   // Validated: from here on the file is ours. Mark it in use, so a crash from now on means
   // recovery; then the allocator's and the scheme's recovery.
   bool clean = pool.was_clean();
@@ -416,6 +427,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
   if (!s.ok() && fresh) pool.abandon_creation();
+  if (s.code() == Code::kPoolFull) s = impl->full_status(s);
   if (s.code() == Code::kPoolFull && fresh && options.capacity_hint != 0)  // say what sized it
     s = {Code::kPoolFull, s.message() + " (the initial table sized from capacity_hint " +
                               std::to_string(options.capacity_hint) +

@@ -70,6 +70,8 @@ class IndexImpl {
   std::mutex record_mu;
   void drop_record();
 
+  // kPoolFull that the pool's file system caused, said so.
+  Status full_status(const Status& s) const;
   // A write, outside every scheme lock: a full pool is retried once after the blocks
   // retired and not yet reclaimed are freed (they are free space a grace period away), and
   // a thread that filled the reclamation backlog frees it (pm/epoch.hpp).
@@ -80,7 +82,7 @@ class IndexImpl {
     Status s = f();
     if (s.code() == Code::kPoolFull && epochs->reclaim_now()) s = f();
     epochs->settle();
-    return s;
+    return s.code() == Code::kPoolFull ? full_status(s) : s;
   }
   // A key of a length the pool takes: what check_key accepts, as a compare.
   bool key_size_ok(std::string_view key) const {

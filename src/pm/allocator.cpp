@@ -64,6 +64,8 @@ Allocator::Allocator(Pool& pool) : pool_(pool) {
   classes_ = std::make_unique<SizeClass[]>(nclasses_);
   slabs_.resize(nchunks_);
   chunk_busy_.assign(nchunks_, 0);
+  chunk_backed_.assign(nchunks_, 0);
+  unflushed_chunks_ = std::make_unique<std::atomic<uint8_t>[]>(nchunks_);
   run_len_.assign(nchunks_, 0);
   spares_ = std::make_unique<SpareBlocks>(*this);
   lane_busy_ = std::make_unique<std::atomic<bool>[]>(kLanes);
@@ -268,6 +270,33 @@ bool Allocator::take_chunks(uint64_t n, uint64_t* first) {
   return false;
 }
 
+// take_chunks, then the chunks' pages allocated in the file with their table words and
+// bitmap bytes, the first time this open hands them out: on a sparse pool whose file system
+// has run out of room the allocation fails (the scheme reports kPoolFull) where the first
+// store into a page would raise SIGBUS. The fallocate runs outside chunk_mu_ (a large run's
+// takes a while).
+bool Allocator::take_backed_chunks(uint64_t n, uint64_t* first) {
+  bool backed = true;
+  {
+    std::lock_guard<std::mutex> g(chunk_mu_);
+    if (!take_chunks(n, first)) return false;
+    for (uint64_t i = 0; i < n; ++i) backed = backed && chunk_backed_[*first + i];
+  }
+  if (backed) return true;
+  uint64_t c = *first;
+  bool room = pool_.back(table_off_ + c * 8, n * 8) &&
+              pool_.back(bitmap_off_ + c * (chunk_ / 512), n * (chunk_ / 512)) &&
+              pool_.back(chunk_off(c), n * chunk_);
+  file_system_full_.store(!room, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> g(chunk_mu_);
+  if (!room) {
+    give_back_chunks(c, n);
+    return false;
+  }
+  for (uint64_t i = 0; i < n; ++i) chunk_backed_[c + i] = 1;
+  return true;
+}
+
 void Allocator::give_back_chunks(uint64_t c, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) chunk_busy_[c + i] = 0;
   run_len_[c] = 0;
@@ -284,8 +313,7 @@ Reservation Allocator::reserve_block(uint64_t size) {
   int cls = size_class(size);
   if (cls < 0) {
     uint64_t n = (size + chunk_ - 1) / chunk_, first = 0;
-    std::lock_guard<std::mutex> g(chunk_mu_);
-    if (!take_chunks(n, &first)) return {};
+    if (!take_backed_chunks(n, &first)) return {};
     return {chunk_off(first), n * chunk_};
   }
   SizeClass& sc = classes_[cls];
@@ -294,9 +322,9 @@ Reservation Allocator::reserve_block(uint64_t size) {
   while (true) {
     if (sc.partial.empty()) {
       uint64_t c = 0;
+      if (!take_backed_chunks(1, &c)) return {};
       {
         std::lock_guard<std::mutex> cg(chunk_mu_);
-        if (!take_chunks(1, &c)) return {};
         run_len_[c] = 0;  // a slab, not a run
       }
       // The slab's type is persisted eagerly: an empty slab is not a leak, just free space.
@@ -498,6 +526,9 @@ void Allocator::unmark(uint64_t off) {
   if (size == 0) return;  // not allocated: nothing to do (check() would report the caller)
   forget_suspect(off);
   if (!clear_allocated(off, size)) return;  // the background sweep took it first
+  std::atomic<uint8_t>& chunk_unflushed = unflushed_chunks_[chunk_of(off)];
+  if (!chunk_unflushed.load(std::memory_order_relaxed))  // a shared line: stored once
+    chunk_unflushed.store(1, std::memory_order_relaxed);
   unflushed_.store(true, std::memory_order_relaxed);
   allocated_bytes_.fetch_sub(size, std::memory_order_relaxed);
   if (on_free)
@@ -621,11 +652,23 @@ std::vector<uint64_t> Allocator::last_swept() const {
   return last_swept_;
 }
 
+// The table word and bitmap of each chunk unmark() cleared something in, not the whole
+// table and bitmaps: a flush faults a page in like a load, and on a full file system a
+// never-written page of a sparse pool raises SIGBUS. A chunk this open backed has no holes;
+// one from before may (pools written before session 19): its pages are checked.
 void Allocator::write_back() {
   if (!unflushed_.exchange(false)) return;
   const Persister& p = pool_.persister();
-  p.flush(chunk_word(0), nchunks_ * 8);
-  p.flush(pool_.ptr<char>(bitmap_off_), nchunks_ * (chunk_ / 512));
+  std::lock_guard<std::mutex> g(chunk_mu_);
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    if (!unflushed_chunks_[c].exchange(0, std::memory_order_relaxed)) continue;
+    p.flush(chunk_word(c), 8);  // it named a run or a slab: written
+    uint64_t bits = bitmap_off_ + c * (chunk_ / 512);
+    if (chunk_backed_[c])
+      p.flush(pool_.ptr<char>(bits), chunk_ / 512);
+    else
+      pool_.flush_written(bits, chunk_ / 512);
+  }
   p.fence();
 }
 

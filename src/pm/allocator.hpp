@@ -110,7 +110,7 @@ class Allocator {
   // The blocks the last sweep freed (their bytes are left as they were): the crash tests
   // look for an interrupted write's item among them.
   std::vector<uint64_t> last_swept() const;
-  // Clean close: persists the chunk table and every bitmap (what unmark() left unflushed).
+  // Clean close: persists what unmark() left unflushed (the chunks' table words, bitmaps).
   void write_back();
 
   // Small blocks marked ahead in batches (pm::SpareBlocks): the log-free write paths take
@@ -125,6 +125,9 @@ class Allocator {
   // pass: this is how an offset read from the pool is validated as an object).
   uint64_t block_size(uint64_t off) const;
   void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
+  // The last chunk this open took for the first time found no room in the file system
+  // (Index adds it to a kPoolFull status: the pool has room, its file system has not).
+  bool file_system_full() const { return file_system_full_.load(std::memory_order_relaxed); }
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   // Reserved and neither published nor given back (cancel): zero whenever no operation is
   // in flight and no scheme holds blocks back (SpareBlocks' stock is marked, so published).
@@ -150,10 +153,11 @@ class Allocator {
   }
   uint64_t chunk_of(uint64_t off) const { return (off - heap_off_) / chunk_; }
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
-  bool take_chunks(uint64_t n, uint64_t* first);     // DRAM, under chunk_mu_
-  void give_back_chunks(uint64_t c, uint64_t n);     // DRAM, under chunk_mu_
-  void free_empty_slab(uint64_t c);                  // under its class lock
-  void release_block(uint64_t off, bool published);  // cancel: published = false
+  bool take_chunks(uint64_t n, uint64_t* first);         // DRAM, under chunk_mu_
+  bool take_backed_chunks(uint64_t n, uint64_t* first);  // not under chunk_mu_
+  void give_back_chunks(uint64_t c, uint64_t n);         // DRAM, under chunk_mu_
+  void free_empty_slab(uint64_t c);                      // under its class lock
+  void release_block(uint64_t off, bool published);      // cancel: published = false
   void replay_lanes();
   const uint64_t* lane(uint64_t l) const {
     return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
@@ -168,15 +172,18 @@ class Allocator {
   uint64_t chunk_, nchunks_, heap_off_, table_off_, bitmap_off_, lanes_off_;
   int nclasses_;
   std::mutex chunk_mu_;
-  std::vector<uint8_t> chunk_busy_;  // DRAM: chunk in use (run, slab, or reserved)
-  std::vector<uint64_t> run_len_;    // DRAM: chunks in the run starting here (0: none)
-  uint64_t lowest_free_ = 0;         // DRAM: no chunk below it is free (first fit starts here)
+  std::vector<uint8_t> chunk_busy_;    // DRAM: chunk in use (run, slab, or reserved)
+  std::vector<uint8_t> chunk_backed_;  // DRAM: its pages allocated in the file since open
+  std::vector<uint64_t> run_len_;      // DRAM: chunks in the run starting here (0: none)
+  uint64_t lowest_free_ = 0;           // DRAM: no chunk below it is free (first fit starts here)
   std::unique_ptr<SizeClass[]> classes_;
   std::vector<std::unique_ptr<Slab>> slabs_;  // by chunk; set under the class lock
   std::atomic<uint64_t> allocated_bytes_{0};
+  std::atomic<bool> file_system_full_{false};
   std::atomic<uint64_t> reserved_bytes_{0};
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
+  std::unique_ptr<std::atomic<uint8_t>[]> unflushed_chunks_;  // unmark() cleared a bit there
   std::atomic<uint64_t> swept_{0};
   mutable std::mutex last_swept_mu_;
   std::vector<uint64_t> last_swept_;

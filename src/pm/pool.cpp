@@ -372,31 +372,63 @@ Status Pool::map(const PoolArgs& args) {
   return Status::Ok();
 }
 
-// Page by page: a page resident in this mapping is read, hole or not (a private read-only
-// or shadow mapping may hold recovery's writes the file does not); a page that is not, and
-// that the file holds no data for, is a hole and copied as zeros. A range may straddle a
-// written page and a hole (a 2 KiB bitmap at 39424 covers pages 9 and 10): deciding for
-// the whole range at once read the hole. (The pool does positional I/O only, so moving the
-// descriptor's offset is harmless.)
+namespace {
+
+// /proc/self/pagemap: a private copy of a page is present and not a file page (bit 61), or
+// swapped out (bit 62). Unreadable: assumed a copy (read in place, as before this check).
+bool private_copy(const char* addr, int pagemap, uint64_t page) {
+  uint64_t e = 0;
+  off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page * 8);
+  if (pagemap < 0 || pread(pagemap, &e, 8, at) != 8) return true;
+  bool present = (e >> 63) & 1, swapped = (e >> 62) & 1, file_page = (e >> 61) & 1;
+  return swapped || (present && !file_page);
+}
+
+}  // namespace
+
+// A hole of the file, and in a private view (read-only, shadow) not a copy holding
+// recovery's writes, so it reads as zeros. (Not mincore: it reports every page resident to
+// a caller without write access to the file, e.g. a read-only `pmhash check`.) The pool
+// does positional I/O only, so moving the descriptor's offset is harmless.
+bool Pool::page_is_hole(uint64_t p, int pagemap) const {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (fd_ < 0) return false;
+  if (read_only_ && private_copy(base_ + p, pagemap, page)) return false;
+  off_t data = lseek(fd_, static_cast<off_t>(p), SEEK_DATA);
+  return data < 0 ? errno == ENXIO : static_cast<uint64_t>(data) >= p + page;
+}
+
+// Page by page: a range may straddle a written page and a hole (a 2 KiB bitmap at 39424
+// covers pages 9 and 10): deciding for the whole range at once read the hole.
 void Pool::read_without_backing(uint64_t off, uint64_t len, void* out) const {
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  uint64_t first = off / page * page, end = (off + len + page - 1) / page * page;
-  std::vector<unsigned char> resident((end - first) / page, 1);
-  if (fd_ >= 0 && len != 0 && mincore(base_ + first, end - first, resident.data()) != 0)
-    std::fill(resident.begin(), resident.end(), 1);
+  int pagemap = read_only_ ? ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
   char* dst = static_cast<char*>(out);
-  for (uint64_t p = first; p < end; p += page) {
+  for (uint64_t p = off / page * page; p < off + len; p += page) {
     uint64_t from = std::max(p, off), to = std::min(p + page, off + len);
-    bool hole = false;
-    if (fd_ >= 0 && !(resident[(p - first) / page] & 1)) {
-      off_t data = lseek(fd_, static_cast<off_t>(p), SEEK_DATA);
-      hole = data < 0 ? errno == ENXIO : static_cast<uint64_t>(data) >= p + page;
-    }
-    if (hole)
+    if (page_is_hole(p, pagemap))
       std::memset(dst + (from - off), 0, to - from);
     else
       std::memcpy(dst + (from - off), base_ + from, to - from);
   }
+  if (pagemap >= 0) ::close(pagemap);
+}
+
+void Pool::flush_written(uint64_t off, uint64_t len) const {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (uint64_t p = off / page * page; p < off + len; p += page) {
+    uint64_t from = std::max(p, off), to = std::min(p + page, off + len);
+    if (!page_is_hole(p, -1)) persister_.flush(base_ + from, to - from);
+  }
+}
+
+bool Pool::back(uint64_t off, uint64_t len) {
+  if (fd_ < 0 || read_only_ || len == 0) return true;
+  int r;
+  do {
+    r = fallocate(fd_, 0, static_cast<off_t>(off), static_cast<off_t>(len));
+  } while (r != 0 && errno == EINTR);
+  return r == 0 || (errno != ENOSPC && errno != EDQUOT);
 }
 
 // Options::prefault. First the room: the pages the file lacks must fit in what its file
@@ -444,6 +476,10 @@ Status Pool::create_layout(const PoolArgs& args) {
   size_ = l.pool_size;
   s = map(args);
   if (!s.ok()) return s;
+  // The header and the lanes now; the chunk table, bitmaps and heap a chunk at a time as
+  // the allocator first hands them out (Allocator::take_backed_chunks).
+  if (!back(0, l.table_off))
+    return {Code::kPoolFull, errno_text("no room for the pool's header and logs", path_)};
 
   PoolHeader h{};
   std::memcpy(h.magic, kPoolMagic, sizeof h.magic);

@@ -169,6 +169,15 @@ class Pool {
   // it reads as, without reading it: a load there faults a page in, which on a full tmpfs
   // raises SIGBUS. For checks that may meet pages nothing ever wrote.
   void read_without_backing(uint64_t off, uint64_t len, void* out) const;
+  // Flushes [off, off + len) but its pages that are holes of the file: a flush faults a
+  // page in like a load. Read-write pools.
+  void flush_written(uint64_t off, uint64_t len) const;
+
+  // Allocates the file's pages under [off, off + len) (fallocate), so that a first store
+  // there cannot raise SIGBUS for want of room. False only when the file system has no room;
+  // a file or device that cannot allocate (device DAX) and a read-only view are left as
+  // they are.
+  bool back(uint64_t off, uint64_t len);
 
   // Options::prefault: allocate every page of the file and fault it in (pool.cpp). Called
   // by Index::open only after the pool passed validation, so a refused pool is not grown.
@@ -181,6 +190,7 @@ class Pool {
   Pool() = default;
   Status map(const PoolArgs& args);
   Status create_layout(const PoolArgs& args);
+  bool page_is_hole(uint64_t page_off, int pagemap) const;  // pagemap: -1 or an open fd
   Status open_existing(const PoolArgs& args, uint64_t file_size);
 
   std::string path_;
