@@ -83,10 +83,10 @@ std::vector<std::string> schemes() {
 }
 
 Status IndexImpl::full_status(const Status& s) const {
-  if (!alloc->file_system_full()) return s;
+  if (!pm::Allocator::file_system_was_full()) return s;
   return {Code::kPoolFull,
-          s.message() + " (the pool has room, its file system has not: the file '" + pool->path() +
-              "' is sparse; free space there or prefault the pool)"};
+          s.message() + " (the file system holding the sparse pool file '" + pool->path() +
+              "' has no room for its pages: free space there or prefault the pool)"};
 }
 
 Status IndexImpl::check_key(std::string_view key) const {
@@ -410,9 +410,9 @@ static Status open_index_resolved(const std::string& path, const Options& option
     }
   }
 
-  // A pool created before session 19 may hold its redo logs in holes (pm::Pool::back);
-  // best effort: on a full file system they stay as they were.
-  if (!pool.read_only()) (void)pool.back(0, pool.header().chunk_table_offset);
+  // A pool created before session 19 may hold its redo logs and chunk table in holes
+  // (pm::Pool::back); best effort: on a full file system they stay as they were.
+  if (!pool.read_only()) (void)pool.back(0, pool.header().bitmap_offset);
 
   // Validated: from here on the file is ours. Mark it in use, so a crash from now on means
   // recovery; then the allocator's and the scheme's recovery.
@@ -425,6 +425,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
   }
   pool.set_clean(false);
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
+  pm::Allocator::forget_file_system_full();
   s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
   if (!s.ok() && fresh) pool.abandon_creation();
   if (s.code() == Code::kPoolFull) s = impl->full_status(s);

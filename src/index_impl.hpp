@@ -79,6 +79,7 @@ class IndexImpl {
   Status write(F&& f) {
     // Read-mostly: stored once, so the line stays shared across the writers' caches.
     if (!written.load(std::memory_order_relaxed)) written.store(true, std::memory_order_relaxed);
+    pm::Allocator::forget_file_system_full();
     Status s = f();
     if (s.code() == Code::kPoolFull && epochs->reclaim_now()) s = f();
     epochs->settle();

@@ -34,10 +34,10 @@ struct Options {
   uint32_t pm_write_delay_ns = 0;   // injected delay per flushed line (emulates slower PM)
   // Fault every page of the pool in at open (PMDK's prefault): no operation takes a
   // first-touch page fault later, and a pool the file system has no room for is refused at
-  // open instead of faulting (SIGBUS) on a write. Costs time at open and pool_size of memory
-  // or media from then on; it runs after validation, so a refused (e.g. damaged) pool's file
-  // is left as it was. Msync mode only allocates (populating would
-  // write the whole pool back); kernels before 5.14 only allocate (no MADV_POPULATE_WRITE).
+  // open (without it, writes fail with kPoolFull once the file system is full). Costs time at open
+  // and pool_size of memory or media from then on; it runs after validation, so a refused (e.g.
+  // damaged) pool's file is left as it was. Msync mode only allocates (populating would write the
+  // whole pool back); kernels before 5.14 only allocate (no MADV_POPULATE_WRITE).
   bool prefault = false;
   // Scheme-specific knobs ("shards", "buckets", "scope", ...); see docs/schemes/<scheme>.md.
   std::map<std::string, std::string> params;

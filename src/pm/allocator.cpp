@@ -17,6 +17,7 @@ struct Allocator::Slab {
   uint64_t nblocks = 0;
   uint64_t nfree = 0;
   std::vector<uint64_t> used;  // DRAM: allocated, reserved, or freed but not yet released
+  bool backed = true;          // its pages allocated in the file this open (back_chunks)
 };
 
 struct Allocator::SizeClass {
@@ -233,6 +234,7 @@ void Allocator::build_dram_state() {
         used += std::popcount(s->used[i]);
       }
       s->nfree = s->nblocks - used;
+      s->backed = false;
       bytes += used * (kMinBlock << value);
       chunk_busy_[c] = 1;
       if (s->nfree > 0) classes_[value].partial.push_back(c);
@@ -270,31 +272,47 @@ bool Allocator::take_chunks(uint64_t n, uint64_t* first) {
   return false;
 }
 
-// take_chunks, then the chunks' pages allocated in the file with their table words and
-// bitmap bytes, the first time this open hands them out: on a sparse pool whose file system
-// has run out of room the allocation fails (the scheme reports kPoolFull) where the first
-// store into a page would raise SIGBUS. The fallocate runs outside chunk_mu_ (a large run's
-// takes a while).
-bool Allocator::take_backed_chunks(uint64_t n, uint64_t* first) {
-  bool backed = true;
+namespace {
+thread_local bool no_room_in_file_system = false;  // this thread's last back_chunks
+}  // namespace
+
+bool Allocator::file_system_was_full() {
+  return no_room_in_file_system;
+}
+void Allocator::forget_file_system_full() {
+  no_room_in_file_system = false;
+}
+
+// The chunks' pages allocated in the file with their table words and bitmap bytes, the
+// first time this open hands them out: on a sparse pool whose file system has run out of
+// room the allocation fails (the scheme reports kPoolFull) where the first store into a page
+// would raise SIGBUS. The fallocate runs outside chunk_mu_ (a large run's takes a while).
+bool Allocator::back_chunks(uint64_t c, uint64_t n) {
   {
     std::lock_guard<std::mutex> g(chunk_mu_);
-    if (!take_chunks(n, first)) return false;
-    for (uint64_t i = 0; i < n; ++i) backed = backed && chunk_backed_[*first + i];
+    bool backed = true;
+    for (uint64_t i = 0; i < n; ++i) backed = backed && chunk_backed_[c + i];
+    if (backed) return true;
   }
-  if (backed) return true;
-  uint64_t c = *first;
   bool room = pool_.back(table_off_ + c * 8, n * 8) &&
               pool_.back(bitmap_off_ + c * (chunk_ / 512), n * (chunk_ / 512)) &&
               pool_.back(chunk_off(c), n * chunk_);
-  file_system_full_.store(!room, std::memory_order_relaxed);
+  no_room_in_file_system = !room;
+  if (!room) return false;
   std::lock_guard<std::mutex> g(chunk_mu_);
-  if (!room) {
-    give_back_chunks(c, n);
-    return false;
-  }
   for (uint64_t i = 0; i < n; ++i) chunk_backed_[c + i] = 1;
   return true;
+}
+
+bool Allocator::take_backed_chunks(uint64_t n, uint64_t* first) {
+  {
+    std::lock_guard<std::mutex> g(chunk_mu_);
+    if (!take_chunks(n, first)) return false;
+  }
+  if (back_chunks(*first, n)) return true;
+  std::lock_guard<std::mutex> g(chunk_mu_);
+  give_back_chunks(*first, n);
+  return false;
 }
 
 void Allocator::give_back_chunks(uint64_t c, uint64_t n) {
@@ -343,6 +361,10 @@ Reservation Allocator::reserve_block(uint64_t size) {
     if (s.nfree == 0) {
       sc.partial.pop_back();
       continue;
+    }
+    if (!s.backed) {  // a slab from before this open: its free blocks may be holes
+      if (!back_chunks(c, 1)) return {};
+      s.backed = true;
     }
     for (size_t i = 0; i < s.used.size(); ++i) {
       uint64_t free_bits = ~s.used[i];

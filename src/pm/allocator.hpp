@@ -125,9 +125,10 @@ class Allocator {
   // pass: this is how an offset read from the pool is validated as an object).
   uint64_t block_size(uint64_t off) const;
   void for_each_allocated(const std::function<void(uint64_t off, uint64_t size)>& fn) const;
-  // The last chunk this open took for the first time found no room in the file system
-  // (Index adds it to a kPoolFull status: the pool has room, its file system has not).
-  bool file_system_full() const { return file_system_full_.load(std::memory_order_relaxed); }
+  // This thread's last allocation that needed new pages found no room in the file system
+  // (Index clears it before a write and adds it to the write's kPoolFull status).
+  static bool file_system_was_full();
+  static void forget_file_system_full();
   uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
   // Reserved and neither published nor given back (cancel): zero whenever no operation is
   // in flight and no scheme holds blocks back (SpareBlocks' stock is marked, so published).
@@ -154,6 +155,7 @@ class Allocator {
   uint64_t chunk_of(uint64_t off) const { return (off - heap_off_) / chunk_; }
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
   bool take_chunks(uint64_t n, uint64_t* first);         // DRAM, under chunk_mu_
+  bool back_chunks(uint64_t c, uint64_t n);              // not under chunk_mu_
   bool take_backed_chunks(uint64_t n, uint64_t* first);  // not under chunk_mu_
   void give_back_chunks(uint64_t c, uint64_t n);         // DRAM, under chunk_mu_
   void free_empty_slab(uint64_t c);                      // under its class lock
@@ -179,7 +181,6 @@ class Allocator {
   std::unique_ptr<SizeClass[]> classes_;
   std::vector<std::unique_ptr<Slab>> slabs_;  // by chunk; set under the class lock
   std::atomic<uint64_t> allocated_bytes_{0};
-  std::atomic<bool> file_system_full_{false};
   std::atomic<uint64_t> reserved_bytes_{0};
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};

@@ -375,11 +375,16 @@ Status Pool::map(const PoolArgs& args) {
 namespace {
 
 // /proc/self/pagemap: a private copy of a page is present and not a file page (bit 61), or
-// swapped out (bit 62). Unreadable: assumed a copy (read in place, as before this check).
+// swapped out (bit 62). Unreadable (a process that changed its user is not dumpable):
+// mincore, which is right for a caller with write access to the file; else assumed a copy.
 bool private_copy(const char* addr, int pagemap, uint64_t page) {
   uint64_t e = 0;
   off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(addr) / page * 8);
-  if (pagemap < 0 || pread(pagemap, &e, 8, at) != 8) return true;
+  if (pagemap < 0 || pread(pagemap, &e, 8, at) != 8) {
+    unsigned char resident = 1;
+    (void)mincore(const_cast<char*>(addr), page, &resident);
+    return resident & 1;
+  }
   bool present = (e >> 63) & 1, swapped = (e >> 62) & 1, file_page = (e >> 61) & 1;
   return swapped || (present && !file_page);
 }
@@ -476,10 +481,12 @@ Status Pool::create_layout(const PoolArgs& args) {
   size_ = l.pool_size;
   s = map(args);
   if (!s.ok()) return s;
-  // The header and the lanes now; the chunk table, bitmaps and heap a chunk at a time as
-  // the allocator first hands them out (Allocator::take_backed_chunks).
-  if (!back(0, l.table_off))
-    return {Code::kPoolFull, errno_text("no room for the pool's header and logs", path_)};
+  // The header, the lanes and the chunk table (8 bytes a chunk: open reads all of it) now;
+  // the bitmaps and heap a chunk at a time as the allocator first hands them out
+  // (Allocator::back_chunks).
+  if (!back(0, l.bitmap_off))
+    return {Code::kPoolFull,
+            errno_text("no room for the pool's header, logs and chunk table", path_)};
 
   PoolHeader h{};
   std::memcpy(h.magic, kPoolMagic, sizeof h.magic);
