@@ -376,6 +376,16 @@ std::string fill_file_system(const std::string& dir) {
   return path;
 }
 
+// Inserts keys *n, *n + 1, ... (values of version 1) until one is refused or `limit` keys
+// exist; returns the last status, *n the keys stored.
+Status insert_until_refused(Index& idx, bool fixed, uint64_t limit, uint64_t* n) {
+  Status s;
+  while (*n < limit &&
+         (s = idx.insert(make_key(*n, fixed), make_value(make_key(*n, fixed), 1, fixed))).ok())
+    ++*n;
+  return s;
+}
+
 // A file system that reports no size (an unlimited tmpfs, ramfs: f_blocks and f_bavail 0)
 // has room for a prefaulted pool; the room check used to read its 0 free bytes as full.
 TEST(Pool, PrefaultAcceptsAFileSystemThatReportsNoSize) {
@@ -473,11 +483,8 @@ TEST_P(FullFileSystemTest, InsertsEndInPoolFullAndEveryAcknowledgedKeyStays) {
   std::unique_ptr<Index> idx;
   Status opened = Index::open(path, o, &idx);
   ASSERT_TRUE(opened.ok()) << opened.to_string();
-  Status s;
   uint64_t n = 0;
-  while (n < 4000000 &&
-         (s = idx->insert(make_key(n, fixed), make_value(make_key(n, fixed), 1, fixed))).ok())
-    ++n;
+  Status s = insert_until_refused(*idx, fixed, 4000000, &n);
   EXPECT_EQ(s.code(), Code::kPoolFull) << s.to_string() << " after " << n << " keys";
   EXPECT_NE(s.message().find("has no room for its pages"), std::string::npos) << s.message();
   EXPECT_GT(n, 1000u);
@@ -558,11 +565,8 @@ TEST(Pool, FreeBlocksOfAnOlderSparseSlabOnAFullFileSystemEndInPoolFull) {
   ASSERT_GT(punched, 0u);
   std::string filler = fill_file_system(fs.dir);
   ASSERT_TRUE(Index::open(path, o, &idx).ok());
-  Status s;
   uint64_t n = 1000;
-  while (n < 100000 &&
-         (s = idx->insert(make_key(n, false), make_value(make_key(n, false), 1, false))).ok())
-    ++n;
+  Status s = insert_until_refused(*idx, false, 100000, &n);
   EXPECT_EQ(s.code(), Code::kPoolFull) << s.to_string() << " after " << n << " keys";
   std::string v;
   for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(idx->get(make_key(i, false), &v).ok()) << i;

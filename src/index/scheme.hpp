@@ -37,6 +37,18 @@ struct SchemeContext {
 // TurboHash): Index::for_each copies a piece's pairs, so a piece stays a few hundred items.
 inline constexpr uint64_t kPieceBuckets = 64;
 
+// One shard or level walked kPieceBuckets buckets at a time: piece(first) walks its buckets
+// [first, first + kPieceBuckets) inside a read-side section of its own (the array is read
+// again each time: it may have been replaced) and returns the bucket count it saw;
+// piece_done() follows each piece.
+template <class Piece>
+void walk_in_bucket_pieces(Piece piece, const std::function<void()>& piece_done) {
+  for (uint64_t first = 0, n = 1; first < n; first += kPieceBuckets) {
+    n = piece(first);
+    piece_done();
+  }
+}
+
 class Scheme {
  public:
   virtual ~Scheme() = default;

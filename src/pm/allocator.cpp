@@ -165,8 +165,8 @@ Status Allocator::validate(bool deep, std::string* report) const {
   }
   // check()'s deep pass copies a chunk's bitmap without backing its pages: a free chunk's
   // is often a hole of a sparse pool (nothing wrote it), and reading a hole of a full tmpfs
-  // raises SIGBUS. Open's pass reads slab bitmaps in place (no system calls per chunk; an
-  // empty slab's unwritten bitmap on a full file system is a known gap, design.md).
+  // raises SIGBUS. Open's pass reads slab bitmaps in place (no system calls per chunk; a
+  // slab of a pool written before session 19 may have holes there: design.md's known gap).
   std::vector<uint64_t> copy(chunk_ / 512 / 8);
   auto bitmap = [&](uint64_t c) -> const uint64_t* {
     uint64_t off = bitmap_off_ + c * (chunk_ / 512);

@@ -389,6 +389,14 @@ bool private_copy(const char* addr, int pagemap, uint64_t page) {
   return swapped || (present && !file_page);
 }
 
+// f(page, from, to) for each page of [off, off + len), with the part of the range in it.
+template <class F>
+void each_page(uint64_t off, uint64_t len, F f) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (uint64_t p = off / page * page; p < off + len; p += page)
+    f(p, std::max(p, off), std::min(p + page, off + len));
+}
+
 }  // namespace
 
 // A hole of the file, and in a private view (read-only, shadow) not a copy holding
@@ -406,25 +414,21 @@ bool Pool::page_is_hole(uint64_t p, int pagemap) const {
 // Page by page: a range may straddle a written page and a hole (a 2 KiB bitmap at 39424
 // covers pages 9 and 10): deciding for the whole range at once read the hole.
 void Pool::read_without_backing(uint64_t off, uint64_t len, void* out) const {
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   int pagemap = read_only_ ? ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
   char* dst = static_cast<char*>(out);
-  for (uint64_t p = off / page * page; p < off + len; p += page) {
-    uint64_t from = std::max(p, off), to = std::min(p + page, off + len);
+  each_page(off, len, [&](uint64_t p, uint64_t from, uint64_t to) {
     if (page_is_hole(p, pagemap))
       std::memset(dst + (from - off), 0, to - from);
     else
       std::memcpy(dst + (from - off), base_ + from, to - from);
-  }
+  });
   if (pagemap >= 0) ::close(pagemap);
 }
 
 void Pool::flush_written(uint64_t off, uint64_t len) const {
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  for (uint64_t p = off / page * page; p < off + len; p += page) {
-    uint64_t from = std::max(p, off), to = std::min(p + page, off + len);
+  each_page(off, len, [&](uint64_t p, uint64_t from, uint64_t to) {
     if (!page_is_hole(p, -1)) persister_.flush(base_ + from, to - from);
-  }
+  });
 }
 
 bool Pool::back(uint64_t off, uint64_t len) {

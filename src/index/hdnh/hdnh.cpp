@@ -425,21 +425,20 @@ void Hdnh::for_each(const std::function<void(const Slot&)>& fn) const {
 // allows for HDNH's rehash, but it reads only levels its own section holds.
 bool Hdnh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
                               const std::function<void()>& piece_done) const {
-  for (int i = 0;; ++i) {
-    bool level_left = true;
-    for (uint64_t first = 0; level_left; first += kPieceBuckets) {
-      {
-        pm::Epochs::Guard guard(epochs_);
-        const LevelSet* set = levels_.load();
-        if (i >= set->n) return true;
-        const Level& l = *set->lv[i];
-        uint64_t end = std::min(first + kPieceBuckets, l.nbuckets);
-        walk_buckets(l, first, end, fn);
-        level_left = end < l.nbuckets;
-      }
-      piece_done();
-    }
-  }
+  bool level_left = true;
+  for (int i = 0; level_left; ++i)
+    walk_in_bucket_pieces(
+        [&](uint64_t first) -> uint64_t {
+          pm::Epochs::Guard guard(epochs_);
+          const LevelSet* set = levels_.load();
+          level_left = i < set->n;
+          if (!level_left) return 0;  // past the last level: an empty piece
+          const Level& l = *set->lv[i];
+          walk_buckets(l, first, std::min(first + kPieceBuckets, l.nbuckets), fn);
+          return l.nbuckets;
+        },
+        piece_done);
+  return true;
 }
 
 }  // namespace pmhash::hdnh

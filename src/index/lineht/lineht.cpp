@@ -702,19 +702,15 @@ void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {
 // the whole table). Across a resize of the shard the walk may miss or repeat items.
 bool LineHT::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
                                 const std::function<void()>& piece_done) const {
-  for (uint64_t s = 0; s < nshards_; ++s) {
-    bool left = true;
-    for (uint64_t first = 0; left; first += kPieceBuckets) {
-      {
-        pm::Epochs::Guard guard(epochs_);
-        uint64_t packed = current(s), n = packed_count(packed);
-        uint64_t end = std::min(first + kPieceBuckets, n);
-        walk_buckets(packed, first, end, fn);
-        left = end < n;
-      }
-      piece_done();
-    }
-  }
+  for (uint64_t s = 0; s < nshards_; ++s)
+    walk_in_bucket_pieces(
+        [&](uint64_t first) {
+          pm::Epochs::Guard guard(epochs_);
+          uint64_t packed = current(s), n = packed_count(packed);
+          walk_buckets(packed, first, std::min(first + kPieceBuckets, n), fn);
+          return n;
+        },
+        piece_done);
   return true;
 }
 

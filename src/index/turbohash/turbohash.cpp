@@ -632,19 +632,16 @@ void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {
 // may miss or repeat items.
 bool TurboHash::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
                                    const std::function<void()>& piece_done) const {
-  for (uint64_t s = 0; s < nshards_; ++s) {
-    bool left = true;
-    for (uint64_t first = 0; left; first += kPieceBuckets) {
-      {
-        pm::Epochs::Guard guard(epochs_, threads_.id());
-        uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
-        uint64_t n = packed_count(packed), end = std::min(first + kPieceBuckets, n);
-        walk_buckets(packed, first, end, fn);
-        left = end < n;
-      }
-      piece_done();
-    }
-  }
+  for (uint64_t s = 0; s < nshards_; ++s)
+    walk_in_bucket_pieces(
+        [&](uint64_t first) {
+          pm::Epochs::Guard guard(epochs_, threads_.id());
+          uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
+          uint64_t n = packed_count(packed);
+          walk_buckets(packed, first, std::min(first + kPieceBuckets, n), fn);
+          return n;
+        },
+        piece_done);
   return true;
 }
 
