@@ -29,7 +29,12 @@ std::map<Code, PyObject*> exc_by_code;
 // Keys and values: bytes, bytearray, memoryview or str (UTF-8).
 std::string as_bytes(const py::handle& h, const char* what) {
   if (py::isinstance<py::bytes>(h)) return std::string(h.cast<py::bytes>());
-  if (py::isinstance<py::str>(h)) return h.cast<std::string>();
+  if (py::isinstance<py::str>(h)) {  // UnicodeEncodeError for a lone surrogate
+    Py_ssize_t n = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+    if (utf8 == nullptr) throw py::error_already_set();
+    return std::string(utf8, static_cast<size_t>(n));
+  }
   if (PyObject_CheckBuffer(h.ptr())) {
     // Any buffer, strided or reversed too: copied out in logical (C) order.
     Py_buffer view;
@@ -287,6 +292,14 @@ PYBIND11_MODULE(_pmhash, m) {
       .def("stats", &Table::stats)
       .def("check", &Table::check)
       .def("items", &Table::items)
+      // for key in table: the keys of items() (without __iter__, Python would call
+      // __getitem__(0), 1, ... and fail on the integer key)
+      .def("__iter__",
+           [](Table& t) {
+             py::list keys;
+             for (py::handle item : t.items()) keys.append(item.cast<py::tuple>()[0]);
+             return py::iter(keys);
+           })
       .def("close", &Table::close)
       .def_property_readonly("closed", &Table::closed)
       .def("__enter__", [](py::object self) { return self; })

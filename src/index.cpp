@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <new>
 #include <set>
 #include <utility>
 #include <vector>
@@ -238,6 +239,20 @@ static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactor
                                 std::to_string(pm::kMutableHeaderOffset + 24) + ")"};
 }
 
+// A scheme sizes DRAM structures from its layout (LineHT's per-shard arrays, HDNH's OCF,
+// SmartHT's filter); the kernel may refuse them. Nothing throws out of the API: that is an
+// error here, and a pool being created is then removed.
+static Status create_or_open(const SchemeFactory& f, SchemeContext& ctx, bool fresh, bool clean,
+                             std::unique_ptr<Scheme>* out) {
+  try {
+    return fresh ? f.create(ctx, out) : f.open(ctx, clean, out);
+  } catch (const std::bad_alloc&) {
+    out->reset();
+    return {Code::kIoError, "out of memory: the " + std::string(f.name) +
+                                " index's DRAM structures for this pool could not be allocated"};
+  }
+}
+
 // Read-only checks of everything open and recovery will follow first: allocator metadata,
 // the root and published words, the scheme's root (SchemeFactory::validate). The one write
 // allowed before: finishing a committed allocator transaction (a redo log whose checksum
@@ -426,7 +441,7 @@ static Status open_index_resolved(const std::string& path, const Options& option
   pool.set_clean(false);
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   pm::Allocator::forget_file_system_full();
-  s = fresh ? f->create(ctx, &impl->scheme) : f->open(ctx, clean, &impl->scheme);
+  s = create_or_open(*f, ctx, fresh, clean, &impl->scheme);
   if (!s.ok() && fresh) pool.abandon_creation();
   if (s.code() == Code::kPoolFull) s = impl->full_status(s);
   if (s.code() == Code::kPoolFull && fresh && options.capacity_hint != 0)  // say what sized it

@@ -2,9 +2,11 @@
 #include "index/smartht/smartht.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -37,7 +39,9 @@ TEST(SmartHTBucket, LayoutIsOneCacheLine) {
 // with its three, that m gives about 3e-3. bits_for() sizes for k = 3 exactly.
 TEST(SmartHTFilter, FalsePositiveRateWithinTwiceTheTarget) {
   const uint64_t n = 200000;
-  common::BloomFilter f(common::BloomFilter::bits_for(n, 1e-4, 3), n, 3);
+  auto made = common::BloomFilter::create(common::BloomFilter::bits_for(n, 1e-4, 3), n, 3);
+  ASSERT_NE(made, nullptr);
+  common::BloomFilter& f = *made;
   for (uint64_t i = 0; i < n; ++i) f.add(common::hash_word(i));
   for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(f.may_contain(common::hash_word(i)));
   uint64_t fp = 0;
@@ -48,11 +52,12 @@ TEST(SmartHTFilter, FalsePositiveRateWithinTwiceTheTarget) {
               double(f.nbits()) / double(n), rate);
   EXPECT_LE(rate, 2e-4);
   // The paper's size (19.2 bits/key) with 3 hashes misses the target by far.
-  common::BloomFilter paper(
+  auto paper = common::BloomFilter::create(
       uint64_t(-double(n) * std::log(1e-4) / (std::log(2) * std::log(2))) / 64 * 64, n, 3);
-  for (uint64_t i = 0; i < n; ++i) paper.add(common::hash_word(i));
+  ASSERT_NE(paper, nullptr);
+  for (uint64_t i = 0; i < n; ++i) paper->add(common::hash_word(i));
   uint64_t fp2 = 0;
-  for (uint64_t i = 0; i < absent; ++i) fp2 += paper.may_contain(common::hash_word(n + 1 + i));
+  for (uint64_t i = 0; i < absent; ++i) fp2 += paper->may_contain(common::hash_word(n + 1 + i));
   EXPECT_GT(double(fp2) / double(absent), 1e-3);
 }
 
@@ -72,6 +77,32 @@ class SmartHTTest : public ::testing::TestWithParam<Format> {
     i.impl()->scheme->counters(&c);
     return c;
   }
+};
+
+// Lowers this process's address-space limit to what it maps now plus `extra` bytes, for
+// the test's scope: a mapping beyond it fails with ENOMEM whatever the kernel's overcommit
+// policy (mode 1 would grant a terabyte of zero pages).
+class AddressSpaceLimit {
+ public:
+  explicit AddressSpaceLimit(uint64_t extra) {
+    getrlimit(RLIMIT_AS, &old_);
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    uint64_t vm_kb = 0;
+    while (std::getline(status, line))
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::stoull(line.substr(7));
+    rlimit lower = old_;
+    lower.rlim_cur = vm_kb * 1024 + extra;
+    set_ = vm_kb != 0 && setrlimit(RLIMIT_AS, &lower) == 0;
+  }
+  ~AddressSpaceLimit() {
+    if (set_) setrlimit(RLIMIT_AS, &old_);
+  }
+  bool set() const { return set_; }
+
+ private:
+  rlimit old_{};
+  bool set_ = false;
 };
 
 // Merged flush: an insert into a free slot flushes one line once; delete flushes once.
@@ -275,6 +306,65 @@ TEST_P(SmartHTTest, LazyRecoveryAndSavedFilter) {
   EXPECT_EQ(idx->size(), uint64_t(n + 1));
   std::string report;
   EXPECT_TRUE(idx->impl()->check(&report)) << report;
+}
+
+// A filter_keys in range whose filter the kernel cannot map is refused at creation with
+// a message naming it, and no pool file is left (the filter's bad_alloc aborted the process,
+// and the pool it left aborted every later open, `pmhash info` and `check` included).
+TEST_P(SmartHTTest, AFilterTooLargeForMemoryIsRefusedAtCreationAndLeavesNoFile) {
+  TempPool p;
+  Status s;
+  {
+    AddressSpaceLimit limit(512u << 20);
+    ASSERT_TRUE(limit.set());
+    std::unique_ptr<Index> idx;
+    s = Index::open(p.path, opts({{"filter_keys", std::to_string(uint64_t{1} << 40)}}), &idx);
+  }
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("filter_keys=1099511627776"), std::string::npos) << s.to_string();
+  EXPECT_NE(access(p.path.c_str(), F_OK), 0) << "the refused pool's file was left";
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, opts({}), &idx).ok()) << "a default pool at the same path";
+}
+
+// A pool whose filter the kernel cannot map at reopen (a crash, so it is rebuilt) opens
+// and works without it: lookups read PM, no key is missed, the failure is counted
+// (`filter_no_memory`), and the next open with memory builds the filter again.
+TEST_P(SmartHTTest, ReopenWithoutMemoryForTheFilterWorksWithoutIt) {
+  TempPool p;
+  const int n = 3000;
+  const std::map<std::string, std::string> big = {{"filter_keys", std::to_string(1u << 30)}};
+  {
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, opts(big), &idx).ok());
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+    idx->impl()->closed = true;  // crash: no saved filter
+  }
+  {
+    AddressSpaceLimit limit(256u << 20);  // the 1.2 GB filter does not fit
+    ASSERT_TRUE(limit.set());
+    std::unique_ptr<Index> idx;
+    Status s = Index::open(p.path, opts({}), &idx);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    scheme(*idx).wait_for_filter();
+    auto c = counters(*idx);
+    EXPECT_EQ(c["filter_ready"], 0);
+    EXPECT_GE(c["filter_no_memory"], 1);
+    std::string v;
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
+    EXPECT_EQ(idx->get(key(n), &v).code(), Code::kNotFound);
+    ASSERT_TRUE(idx->insert(key(n), value(n)).ok());
+    EXPECT_EQ(idx->size(), uint64_t(n + 1));
+    std::string report;
+    EXPECT_TRUE(idx->impl()->check(&report)) << report;
+    ASSERT_TRUE(idx->close().ok());
+  }
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, opts({}), &idx).ok());
+  scheme(*idx).wait_for_filter();
+  EXPECT_EQ(counters(*idx)["filter_ready"], 1);
+  std::string v;
+  for (int i = 0; i <= n; i += 7) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
 }
 
 // Table I rebuilds the filter with one thread; `recovery_threads` picks 1 or more (3: more

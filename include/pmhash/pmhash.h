@@ -41,7 +41,8 @@ int pmhash_upsert(pmhash_index* t, const void* key, size_t key_len, const void* 
                   size_t value_len);
 int pmhash_update(pmhash_index* t, const void* key, size_t key_len, const void* value,
                   size_t value_len);
-/* Copies up to cap bytes of the value into buf; *len receives the full length. */
+/* Copies up to cap bytes of the value into buf; *len receives the full length (0 when the
+ * call fails: a missing key, ...). */
 int pmhash_get(pmhash_index* t, const void* key, size_t key_len, void* buf, size_t cap,
                size_t* len);
 int pmhash_remove(pmhash_index* t, const void* key, size_t key_len);

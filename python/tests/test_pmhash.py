@@ -70,6 +70,20 @@ def test_keys_and_values_accept_str_bytearray_memoryview(pool_path):
         assert t[b"ba"] == b"mv"
         with pytest.raises(TypeError):
             t[42] = b"x"
+        # A str that is not UTF-8 encodable (a lone surrogate): UnicodeEncodeError, nothing
+        # stored (was a pybind11 RuntimeError).
+        with pytest.raises(UnicodeEncodeError):
+            t["\ud800ab"] = b"x"
+        assert len(t) == 2
+
+
+def test_iterating_a_table_gives_its_keys(pool_path):
+    # Without __iter__, Python called __getitem__(0) and raised "key must be bytes...".
+    with pmhash.open(pool_path, format="variable", pool_size=SMALL) as t:
+        assert list(t) == []
+        for i in range(100):
+            t[key(i, "variable")] = value(i, "variable")
+        assert sorted(t) == sorted(key(i, "variable") for i in range(100))
 
 
 def test_bad_input_raises_and_loses_nothing(pool_path):

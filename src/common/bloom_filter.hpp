@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "common/hash.hpp"
+#include "common/zeroed_map.hpp"
 
 namespace pmhash::common {
 
@@ -22,10 +23,18 @@ class BloomFilter {
     return std::max<uint64_t>(512, (bits + 511) / 512 * 512);  // whole cache lines
   }
 
-  BloomFilter(uint64_t nbits, uint64_t capacity, int k = 3)
-      : nbits_(nbits), capacity_(capacity), k_(k), words_(new std::atomic<uint64_t>[nbits / 64]) {
-    for (uint64_t i = 0; i < nbits / 64; ++i) words_[i].store(0, std::memory_order_relaxed);
+  // nullptr when the kernel has no memory for its `nbits` bits (a caller does without it:
+  // a filter only saves reads). Its words are zero pages until set, so a large filter is
+  // not written whole up front.
+  static std::unique_ptr<BloomFilter> create(uint64_t nbits, uint64_t capacity, int k = 3) {
+    void* words = try_map_zeroed(nbits / 8, /*huge=*/false);
+    if (words == nullptr) return nullptr;
+    return std::unique_ptr<BloomFilter>(
+        new BloomFilter(nbits, capacity, k, static_cast<std::atomic<uint64_t>*>(words)));
   }
+  ~BloomFilter() { unmap_zeroed(words_, bytes()); }
+  BloomFilter(const BloomFilter&) = delete;
+  BloomFilter& operator=(const BloomFilter&) = delete;
 
   void add(uint64_t key_hash) {
     uint64_t h2 = hash_word(key_hash, 0xB100F11E) | 1;
@@ -68,9 +77,11 @@ class BloomFilter {
   uint64_t index(uint64_t h) const {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * nbits_) >> 64);
   }
+  BloomFilter(uint64_t nbits, uint64_t capacity, int k, std::atomic<uint64_t>* words)
+      : nbits_(nbits), capacity_(capacity), k_(k), words_(words) {}
   uint64_t nbits_, capacity_;
   int k_;
-  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+  std::atomic<uint64_t>* words_;  // nbits / 64 words in a zeroed mapping
 };
 
 }  // namespace pmhash::common

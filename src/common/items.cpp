@@ -16,7 +16,7 @@ Status Items::make(std::string_view key, std::string_view value, uint64_t kw, Ne
 }
 
 Status Items::pool_full(uint64_t size) {
-  return {Code::kPoolFull, "pool full: no space for a " + std::to_string(size) + "-byte item"};
+  return {Code::kPoolFull, "no space for a " + std::to_string(size) + "-byte item"};
 }
 
 void Items::fill(const pm::Reservation& r, std::string_view key, std::string_view value,

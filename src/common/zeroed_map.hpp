@@ -17,12 +17,20 @@ namespace pmhash::common {
 // fewer TLB misses for an array read at random). `sparse`: not reserved against the
 // commit limit (MAP_NORESERVE), for a reservation mostly left untouched (LineHT's filter
 // spans the pool). Throws std::bad_alloc when the kernel refuses; 0 bytes map nothing.
-inline void* map_zeroed(size_t bytes, bool huge, bool sparse = false) {
+inline void* map_zeroed(size_t bytes, bool huge, bool sparse = false);
+// The same without the exception: nullptr when the kernel refuses (no memory or address
+// space left), for a structure that can do without (SmartHT's Bloom filter).
+inline void* try_map_zeroed(size_t bytes, bool huge, bool sparse = false) noexcept {
   if (bytes == 0) return nullptr;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | (sparse ? MAP_NORESERVE : 0), -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED) return nullptr;
   if (huge) (void)madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+inline void* map_zeroed(size_t bytes, bool huge, bool sparse) {
+  void* p = try_map_zeroed(bytes, huge, sparse);
+  if (p == nullptr && bytes != 0) throw std::bad_alloc();
   return p;
 }
 inline void unmap_zeroed(void* p, size_t bytes) {

@@ -246,7 +246,8 @@ Status Pool::open(const std::string& path, const PoolArgs& args, std::unique_ptr
   // another, fails here.
   if (!args.shadow && flock(p->fd_, (args.read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
-      return {Code::kPoolBusy, "pool '" + path + "' is already open (locked by another user)"};
+      return {Code::kPoolBusy,
+              "pool '" + path + "' is already open (locked: by this process or another)"};
     return {Code::kIoError, errno_text("cannot lock pool file", path)};
   }
   struct stat st {};

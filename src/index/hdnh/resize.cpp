@@ -34,9 +34,7 @@ Status Hdnh::attach_new_top() {
   uint64_t segs = root_->top.segments * 2;
   uint64_t bytes = segs * m_ * sizeof(Bucket);
   pm::Reservation r = alloc_.reserve(bytes);
-  if (!r)
-    return {Code::kPoolFull,
-            "pool full: no space for a " + std::to_string(bytes) + "-byte hdnh level"};
+  if (!r) return {Code::kPoolFull, "no space for a " + std::to_string(bytes) + "-byte hdnh level"};
   const pm::Persister& p = pool_.persister();
   std::memset(pool_.ptr<char>(r.off), 0, bytes);
   p.flush(pool_.ptr<char>(r.off), bytes);

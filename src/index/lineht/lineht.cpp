@@ -491,9 +491,7 @@ Status LineHT::resize(uint32_t shard, pm::Reservation* spare) {
     bump(tstats_[threads_.id()].spares_used);
   }
   if (!r) r = alloc_.reserve(nn * sizeof(Bucket));
-  if (!r)
-    return {Code::kPoolFull,
-            "pool full: cannot resize a shard to " + std::to_string(nn) + " buckets"};
+  if (!r) return {Code::kPoolFull, "cannot resize a shard to " + std::to_string(nn) + " buckets"};
   const pm::Persister& p = pool_.persister();
   p.nt_copy(pool_.ptr<char>(r.off), nb.data(), nn * sizeof(Bucket));
   p.fence();

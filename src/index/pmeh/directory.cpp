@@ -107,9 +107,7 @@ Status Pmeh::publish_directory(uint64_t from) {
   uint64_t depth = d->depth + shift_;
   uint64_t bytes = sizeof(Directory) + (8ull << depth);
   pm::Reservation r = alloc_.reserve(bytes);
-  if (!r)
-    return {Code::kPoolFull,
-            "pool full: no space for a directory of depth " + std::to_string(depth)};
+  if (!r) return {Code::kPoolFull, "no space for a directory of depth " + std::to_string(depth)};
   auto* nd = pool_.ptr<Directory>(r.off);
   std::memset(static_cast<void*>(nd), 0, bytes);
   nd->depth = depth;

@@ -63,7 +63,7 @@ Status Pmeh::split_out(uint64_t seg_off, uint64_t k, uint32_t child, uint32_t z,
   pm::Reservation r = alloc_.reserve(seg_bytes_);
   if (!r) {
     unlock_all();
-    return {Code::kPoolFull, "pool full: no space for a pmeh segment"};
+    return {Code::kPoolFull, "no space for a pmeh segment"};
   }
   uint64_t moved = 0;
   if (!build_child(s, meta, child, pool_.ptr<SegmentHeader>(r.off), &moved)) {

@@ -73,12 +73,22 @@ SmartHT::~SmartHT() {
   free_filter(*filters_, building_.load());
 }
 
+// Null when the kernel has no memory for it (counted in `filter_no_memory`): the table then
+// does without the filter, as while one is rebuilt, so lookups read PM (never a false
+// negative) — a filter only saves reads; the data does not depend on it.
 BloomFilter* SmartHT::make_filter(uint64_t capacity) {
-  auto* f =
-      new BloomFilter(BloomFilter::bits_for(capacity, kTargetFpr, kHashes), capacity, kHashes);
+  return adopt_filter(
+      BloomFilter::create(BloomFilter::bits_for(capacity, kTargetFpr, kHashes), capacity, kHashes));
+}
+
+BloomFilter* SmartHT::adopt_filter(std::unique_ptr<BloomFilter> f) {
+  if (f == nullptr) {
+    filter_no_memory_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
   filters_->alive.fetch_add(1, std::memory_order_relaxed);
   filters_->bytes.fetch_add(f->bytes(), std::memory_order_relaxed);
-  return f;
+  return f.release();
 }
 
 void SmartHT::free_filter(FilterAccounting& acc, BloomFilter* f) {
@@ -126,7 +136,15 @@ Status SmartHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
   *ctx.pool.ptr<Root>(root.off) = Root{kRootMagic, heads, array.off, stripe, 0, 0, {0, 0}};
   p.flush(ctx.pool.ptr<char>(root.off), sizeof(Root));
   publish_new_root(ctx, {root, array}, root.off);
-  *out = std::make_unique<SmartHT>(ctx, root.off, Start::kFresh);
+  auto t = std::make_unique<SmartHT>(ctx, root.off, Start::kFresh);
+  if (t->use_filter_ && t->filter_.load() == nullptr)  // Index::open removes the new pool
+    return {
+        Code::kInvalidArgument,
+        "smartht: no memory for the Bloom filter of filter_keys=" +
+            std::to_string(t->initial_capacity_) + " (" +
+            std::to_string(BloomFilter::bits_for(t->initial_capacity_, kTargetFpr, kHashes) / 8) +
+            " bytes of DRAM): pass a smaller filter_keys or capacity_hint"};
+  *out = std::move(t);
   return Status::Ok();
 }
 
@@ -279,7 +297,7 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       pm::Reservation r = alloc_.spares().take(sizeof(Bucket));
       if (!r) {
         items_.discard(item);
-        return {Code::kPoolFull, "pool full: no space for a chained bucket"};
+        return {Code::kPoolFull, "no space for a chained bucket"};
       }
       Bucket* nb = pool_.ptr<Bucket>(r.off);
       std::memset(static_cast<void*>(nb), 0, sizeof(Bucket));
@@ -432,6 +450,13 @@ void SmartHT::rebuild_filter() {
     const uint64_t live = counted ? live_items() : 0;
     const uint64_t capacity = counted ? resized_capacity(live) : initial_capacity_;
     BloomFilter* b = use_filter_ ? make_filter(capacity) : nullptr;
+    const bool no_memory = use_filter_ && b == nullptr;
+    if (no_memory && !recovering) {  // the filter stays (more false positives); later again
+      last_build_end_ = std::chrono::steady_clock::now();
+      last_build_time_ =
+          std::max<std::chrono::steady_clock::duration>(last_build_time_, kRetryAfterNoMemory);
+      return;
+    }
     // Every insert from here on counts toward the new filter: one that lands before its
     // stripe's scan is counted twice (conservative: a rebuild comes a little early).
     const uint64_t adds_before = adds_.load(std::memory_order_seq_cst);
@@ -455,6 +480,7 @@ void SmartHT::rebuild_filter() {
     sized_for_.store(counted ? live : initial_capacity_, std::memory_order_relaxed);
     counts_valid_.store(true, std::memory_order_release);
     rebuilds_.fetch_add(1, std::memory_order_relaxed);
+    if (no_memory) return;  // recovered the counts; no filter until the next open
   }
 }
 
@@ -516,9 +542,8 @@ bool SmartHT::load_saved_filter() {
     stripes_[s].chains.store(counts[2 * s + 1]);
   }
   if (use_filter_) {
-    auto* f = new BloomFilter(nbits, capacity, kHashes);
-    filters_->alive.fetch_add(1, std::memory_order_relaxed);
-    filters_->bytes.fetch_add(f->bytes(), std::memory_order_relaxed);
+    BloomFilter* f = adopt_filter(BloomFilter::create(nbits, capacity, kHashes));
+    if (f == nullptr) return false;  // no memory for it: rebuilt (or done without) instead
     const uint64_t* words = counts + 2 * nstripes;
     for (uint64_t i = 0; i < nbits / 64; ++i) f->set_word(i, words[i]);
     filter_.store(f, std::memory_order_release);
@@ -624,6 +649,7 @@ void SmartHT::counters(std::map<std::string, double>* out) const {
   // Keys whose bits the filter holds: live ones and those deleted since its build.
   (*out)["filter_adds"] = f ? double(adds_.load(std::memory_order_relaxed)) : 0;
   (*out)["filter_rebuilds"] = double(rebuilds_.load());
+  (*out)["filter_no_memory"] = double(filter_no_memory_.load(std::memory_order_relaxed));
   (*out)["filter_ready"] = f != nullptr ? 1 : 0;
   (*out)["filter_build_ms"] = last_build_ms_.load();
   (*out)["filters_alive"] = double(filters_->alive.load(std::memory_order_relaxed));

@@ -109,7 +109,8 @@ class SmartHT final : public Scheme {
   struct FilterAccounting {
     std::atomic<uint64_t> alive{0}, bytes{0};
   };
-  common::BloomFilter* make_filter(uint64_t capacity);
+  common::BloomFilter* make_filter(uint64_t capacity);  // null: no memory
+  common::BloomFilter* adopt_filter(std::unique_ptr<common::BloomFilter> f);
   static void free_filter(FilterAccounting& acc, common::BloomFilter* f);
   bool load_saved_filter();
   void invalidate_saved_filter();
@@ -149,6 +150,9 @@ class SmartHT final : public Scheme {
   std::atomic<uint64_t> adds_{0};
   std::atomic<uint64_t> sized_for_{0};  // the live keys the current filter was sized from
   std::atomic<uint64_t> rebuilds_{0};
+  // Filters the kernel had no memory for (make_filter); a resize tries again after a pause.
+  std::atomic<uint64_t> filter_no_memory_{0};
+  static constexpr std::chrono::seconds kRetryAfterNoMemory{1};
   std::atomic<uint64_t> reclaimed_{0};  // chained buckets unlinked and freed by deletes
   std::atomic<double> last_build_ms_{0};
   // The last build's end and duration (the worker's own: rebuild_filter paces resizes).

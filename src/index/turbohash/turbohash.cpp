@@ -435,9 +435,7 @@ Status TurboHash::resize(uint32_t shard, bool same_size) {
     if (ok) break;
   }
   pm::Reservation r = alloc_.reserve(nn * sizeof(Bucket));
-  if (!r)
-    return {Code::kPoolFull,
-            "pool full: cannot resize a shard to " + std::to_string(nn) + " buckets"};
+  if (!r) return {Code::kPoolFull, "cannot resize a shard to " + std::to_string(nn) + " buckets"};
   const pm::Persister& p = pool_.persister();
   bool reorder = PMHASH_MUTATION(pool_, kMutationPublishBeforeWrite);
   if (!reorder) {

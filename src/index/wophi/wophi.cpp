@@ -290,7 +290,7 @@ void Wophi::reclaim(Bucket* prev, Bucket* b, uint64_t item) {
 Status Wophi::take_chain_bucket(pm::Reservation* r, Bucket** out) {
   if (!use_pab_) {  // the mechanism PAB replaces: allocation on the write path
     *r = alloc_.reserve(sizeof(Bucket));
-    if (!*r) return {Code::kPoolFull, "pool full: no space for a chain bucket"};
+    if (!*r) return {Code::kPoolFull, "no space for a chain bucket"};
     allocs_on_write_.fetch_add(1, std::memory_order_relaxed);
     *out = pool_.ptr<Bucket>(r->off);
     return Status::Ok();
@@ -334,8 +334,8 @@ Status Wophi::grow_pab() {
   if (!r) {
     grow_failed_.store(true);
     grow_failures_.fetch_add(1, std::memory_order_relaxed);
-    return {Code::kPoolFull, n < kMaxAreas ? "pool full: no space for a PAB area"
-                                           : "wophi: PAB cannot grow further"};
+    return {Code::kPoolFull,
+            n < kMaxAreas ? "no space for a PAB area" : "wophi: PAB cannot grow further"};
   }
   const pm::Persister& p = pool_.persister();
   std::memset(pool_.ptr<char>(r.off), 0, r.size);
