@@ -80,12 +80,13 @@ int pmhash_update(pmhash_index* t, const void* k, size_t kl, const void* v, size
 }
 
 int pmhash_get(pmhash_index* t, const void* k, size_t kl, void* buf, size_t cap, size_t* len) {
+  if (len != nullptr) *len = 0;  // also when the call fails, not a previous call's length
   if (t == nullptr || bad_bytes(k, kl) || (buf == nullptr && cap != 0))
     return invalid("an argument");
   std::string v;
   pmhash::Status s = t->index->get(bytes(k, kl), &v);
-  if (len != nullptr) *len = v.size();  // 0 when absent, not a previous call's length
   if (!s.ok()) return static_cast<int>(s.code());
+  if (len != nullptr) *len = v.size();
   if (buf != nullptr) std::memcpy(buf, v.data(), std::min(cap, v.size()));
   return 0;
 }

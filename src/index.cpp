@@ -3,6 +3,7 @@
 #include <map>
 #include <new>
 #include <set>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -242,14 +243,22 @@ static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactor
 // A scheme sizes DRAM structures from its layout (LineHT's per-shard arrays, HDNH's OCF,
 // SmartHT's filter); the kernel may refuse them. Nothing throws out of the API: that is an
 // error here, and a pool being created is then removed.
+// *refused: the system refused memory or a thread (the pool's structures are not at fault).
 static Status create_or_open(const SchemeFactory& f, SchemeContext& ctx, bool fresh, bool clean,
-                             std::unique_ptr<Scheme>* out) {
+                             std::unique_ptr<Scheme>* out, bool* refused) {
+  *refused = true;
   try {
-    return fresh ? f.create(ctx, out) : f.open(ctx, clean, out);
+    Status s = fresh ? f.create(ctx, out) : f.open(ctx, clean, out);
+    *refused = false;
+    return s;
   } catch (const std::bad_alloc&) {
     out->reset();
     return {Code::kIoError, "out of memory: the " + std::string(f.name) +
                                 " index's DRAM structures for this pool could not be allocated"};
+  } catch (const std::system_error& e) {
+    out->reset();
+    return {Code::kIoError,
+            "the " + std::string(f.name) + " index could not start a thread: " + e.what()};
   }
 }
 
@@ -441,8 +450,12 @@ static Status open_index_resolved(const std::string& path, const Options& option
   pool.set_clean(false);
   impl->alloc->recover(fresh);  // fresh: creation never finished, nothing is reachable
   pm::Allocator::forget_file_system_full();
-  s = create_or_open(*f, ctx, fresh, clean, &impl->scheme);
+  bool refused = false;
+  s = create_or_open(*f, ctx, fresh, clean, &impl->scheme, &refused);
   if (!s.ok() && fresh) pool.abandon_creation();
+  // Refused DRAM or a thread: the pool is as it was, so a clean one stays clean (the next
+  // open takes the fast path and trusts its recorded count).
+  if (!s.ok() && refused && !fresh && clean) pool.set_clean(true);
   if (s.code() == Code::kPoolFull) s = impl->full_status(s);
   if (s.code() == Code::kPoolFull && fresh && options.capacity_hint != 0)  // say what sized it
     s = {Code::kPoolFull, s.message() + " (the initial table sized from capacity_hint " +

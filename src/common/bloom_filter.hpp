@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <new>
 
 #include "common/hash.hpp"
 #include "common/zeroed_map.hpp"
@@ -29,8 +30,10 @@ class BloomFilter {
   static std::unique_ptr<BloomFilter> create(uint64_t nbits, uint64_t capacity, int k = 3) {
     void* words = try_map_zeroed(nbits / 8, /*huge=*/false);
     if (words == nullptr) return nullptr;
-    return std::unique_ptr<BloomFilter>(
-        new BloomFilter(nbits, capacity, k, static_cast<std::atomic<uint64_t>*>(words)));
+    auto* f = new (std::nothrow)
+        BloomFilter(nbits, capacity, k, static_cast<std::atomic<uint64_t>*>(words));
+    if (f == nullptr) unmap_zeroed(words, nbits / 8);
+    return std::unique_ptr<BloomFilter>(f);
   }
   ~BloomFilter() { unmap_zeroed(words_, bytes()); }
   BloomFilter(const BloomFilter&) = delete;

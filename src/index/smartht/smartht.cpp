@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -492,34 +493,44 @@ void SmartHT::rebuild_filter() {
 bool SmartHT::build_filter(BloomFilter* f, uint64_t* scanned) {
   auto n = static_cast<unsigned>(recovery_threads_);
   std::atomic<uint64_t> total{0};
-  std::vector<std::thread> ts;  // scan helpers, joined below
-  for (unsigned t = 0; t < n; ++t) {
-    ts.emplace_back([&, t] {
-      std::vector<uint64_t> hashes;
-      for (uint64_t s = t; s < nstripes_ && !rebuilder_.load()->stopping(); s += n) {
-        Stripe& st = stripes_[s];
-        std::shared_lock<std::shared_mutex> lock(st.lock);
-        uint64_t my_chains = 0;
-        hashes.clear();
-        uint64_t end = std::min(root_->nheads, (s + 1) * root_->stripe);
-        for (uint64_t hb = s * root_->stripe; hb < end; ++hb) {
-          if (hb + 4 < end && head(hb + 4)->next != 0)  // chained buckets are scattered
-            __builtin_prefetch(bucket_at(head(hb + 4)->next));
-          uint64_t steps = 0;
-          for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++)) {
-            for (int i = 0; i < kSlots; ++i)
-              if (b->live(i)) hashes.push_back(items_.slot_hash(b->slots[i].key));
-            if (steps > 0) ++my_chains;
-          }
+  auto scan = [&](unsigned t) {  // stripes t, t + n, ...
+    std::vector<uint64_t> hashes;
+    for (uint64_t s = t; s < nstripes_ && !rebuilder_.load()->stopping(); s += n) {
+      Stripe& st = stripes_[s];
+      std::shared_lock<std::shared_mutex> lock(st.lock);
+      uint64_t my_chains = 0;
+      hashes.clear();
+      uint64_t end = std::min(root_->nheads, (s + 1) * root_->stripe);
+      for (uint64_t hb = s * root_->stripe; hb < end; ++hb) {
+        if (hb + 4 < end && head(hb + 4)->next != 0)  // chained buckets are scattered
+          __builtin_prefetch(bucket_at(head(hb + 4)->next));
+        uint64_t steps = 0;
+        for (const Bucket* b = head(hb); b != nullptr; b = next_checked(b, steps++)) {
+          for (int i = 0; i < kSlots; ++i)
+            if (b->live(i)) hashes.push_back(items_.slot_hash(b->slots[i].key));
+          if (steps > 0) ++my_chains;
         }
-        if (f != nullptr) f->add_batch(hashes.data(), hashes.size());
-        total.fetch_add(hashes.size(), std::memory_order_relaxed);
-        // Inserts change the counts only under the exclusive lock: exact here.
-        st.live.store(hashes.size(), std::memory_order_relaxed);
-        st.chains.store(my_chains, std::memory_order_relaxed);
       }
-    });
+      if (f != nullptr) f->add_batch(hashes.data(), hashes.size());
+      total.fetch_add(hashes.size(), std::memory_order_relaxed);
+      // Inserts change the counts only under the exclusive lock: exact here.
+      st.live.store(hashes.size(), std::memory_order_relaxed);
+      st.chains.store(my_chains, std::memory_order_relaxed);
+    }
+  };
+  // The worker scans share 0 and any share whose helper the system would not start (no
+  // memory or threads left: that must not end the process).
+  std::vector<std::thread> ts;  // helpers, joined below
+  std::vector<unsigned> not_started;
+  for (unsigned t = 1; t < n; ++t) {
+    try {
+      ts.emplace_back(scan, t);
+    } catch (const std::system_error&) {
+      not_started.push_back(t);
+    }
   }
+  scan(0);
+  for (unsigned t : not_started) scan(t);
   for (auto& t : ts) t.join();
   *scanned = total.load(std::memory_order_relaxed);
   return !rebuilder_.load()->stopping();
@@ -545,7 +556,8 @@ bool SmartHT::load_saved_filter() {
     BloomFilter* f = adopt_filter(BloomFilter::create(nbits, capacity, kHashes));
     if (f == nullptr) return false;  // no memory for it: rebuilt (or done without) instead
     const uint64_t* words = counts + 2 * nstripes;
-    for (uint64_t i = 0; i < nbits / 64; ++i) f->set_word(i, words[i]);
+    for (uint64_t i = 0; i < nbits / 64; ++i)  // zero words stay zero pages
+      if (words[i] != 0) f->set_word(i, words[i]);
     filter_.store(f, std::memory_order_release);
     adds_.store(adds);
   }
