@@ -202,6 +202,8 @@ TEST(Pool, FullPoolStaysUsableForReadsAndDeletes) {
     if (!s.ok()) break;
   }
   ASSERT_EQ(s.code(), Code::kPoolFull) << s.to_string();
+  // The code's name once (messages began with "pool full: " too: "pool full: pool full: ...").
+  EXPECT_EQ(s.to_string().find("pool full: pool full"), std::string::npos) << s.to_string();
   EXPECT_EQ(idx->size(), n);
   std::string v;
   for (uint64_t i = 0; i < n; ++i) ASSERT_TRUE(idx->get("key" + std::to_string(i), &v).ok());
