@@ -16,10 +16,8 @@ namespace pmhash::common {
 // `huge`: transparent huge pages where the kernel allows them (a 2 MB fault instead of 512,
 // fewer TLB misses for an array read at random). `sparse`: not reserved against the
 // commit limit (MAP_NORESERVE), for a reservation mostly left untouched (LineHT's filter
-// spans the pool). Throws std::bad_alloc when the kernel refuses; 0 bytes map nothing.
-inline void* map_zeroed(size_t bytes, bool huge, bool sparse = false);
-// The same without the exception: nullptr when the kernel refuses (no memory or address
-// space left), for a structure that can do without (SmartHT's Bloom filter).
+// spans the pool). nullptr when the kernel refuses (no memory or address space left), for a
+// structure that can do without (SmartHT's Bloom filter); 0 bytes map nothing.
 inline void* try_map_zeroed(size_t bytes, bool huge, bool sparse = false) noexcept {
   if (bytes == 0) return nullptr;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
@@ -28,7 +26,8 @@ inline void* try_map_zeroed(size_t bytes, bool huge, bool sparse = false) noexce
   if (huge) (void)madvise(p, bytes, MADV_HUGEPAGE);
   return p;
 }
-inline void* map_zeroed(size_t bytes, bool huge, bool sparse) {
+// The same, throwing std::bad_alloc when the kernel refuses.
+inline void* map_zeroed(size_t bytes, bool huge, bool sparse = false) {
   void* p = try_map_zeroed(bytes, huge, sparse);
   if (p == nullptr && bytes != 0) throw std::bad_alloc();
   return p;
