@@ -17,7 +17,8 @@ using common::store_word;
 
 // Instant recovery (TurboHash §3.7): every write commits by one 8-byte store (or one
 // allocator commit), so there is nothing to redo; the DRAM side is built per shard on first
-// use. Opening costs O(shards) for validate()'s check of the directory, nothing per key.
+// use. Opening costs O(shards) for validate()'s check of the directory, nothing per key; a
+// capacity hint gives at most kHintMaxShards shards, so that cost stops growing with the keys.
 LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -54,11 +55,18 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
   Status s = p.get_u64("lineht", "buckets", 64, 1, kMaxShardBuckets / 2, &buckets);
   if (s.ok()) s = p.get_u64("lineht", "probe", kDefaultProbe, 1, kMaxProbe, &probe);
   if (!s.ok()) return s;
-  // Sized from the capacity hint for a load factor of kHintLoad percent, else 256 shards.
-  uint64_t per_shard = std::max<uint64_t>(1, buckets * kSlots * kHintLoad / 100);
-  // (Rounded up without hint + per_shard - 1, which wraps for a hint near 2^64.)
-  uint64_t def =
-      o.capacity_hint ? o.capacity_hint / per_shard + (o.capacity_hint % per_shard != 0) : 256;
+  // Sized from the capacity hint for a load factor of kHintLoad percent, else 256 shards;
+  // at most kHintMaxShards unless the shards or their buckets are given.
+  auto shards_for = [&](uint64_t b) -> uint64_t {
+    if (o.capacity_hint == 0) return 256;
+    uint64_t per_shard = std::max<uint64_t>(1, b * kSlots * kHintLoad / 100);
+    // (Rounded up without hint + per_shard - 1, which wraps for a hint near 2^64.)
+    return o.capacity_hint / per_shard + (o.capacity_hint % per_shard != 0);
+  };
+  uint64_t def = shards_for(buckets);
+  if (!p.has("buckets") && !p.has("shards"))
+    while (def > kHintMaxShards && buckets * 2 <= kMaxShardBuckets / 2)
+      def = shards_for(buckets *= 2);
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
   s = p.get_u64("lineht", "shards", def, 1, kMaxShards, &shards);
   if (!s.ok()) return s;

@@ -43,6 +43,10 @@ inline constexpr uint64_t kDefaultProbe = 64;
 // The capacity hint sizes the table for this load factor (percent) when the hinted number
 // of keys is in (docs/schemes/lineht.md "Load factor at a resize").
 inline constexpr uint64_t kHintLoad = 72;
+// The most shards a capacity hint gives by default; a larger hint gets longer shards (the
+// default 64 buckets doubled until the shards fit), so the directory an open checks word by
+// word stops growing with the hint: TurboHash fixes its directory too (64K shards in §4).
+inline constexpr uint64_t kHintMaxShards = uint64_t{1} << 16;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 
 // Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
