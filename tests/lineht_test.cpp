@@ -78,8 +78,8 @@ TEST(LineHT, OpenAfterACrashBuildsNoFilterUntilAShardIsUsed) {
 
 // An open checks every shard word (validate.cpp), so the shard count bounds its work. A
 // capacity hint gives at most 64K shards, longer ones past about 9M keys (TurboHash's
-// directory is fixed too); the shards and buckets a user gives are kept. Before, a 50M-key
-// hint gave 362K shards, and an open after a crash took 4.6-7 ms instead of 2.6.
+// directory is fixed too), up to 1 MiB (then more shards); given shards and buckets are kept.
+// Before, a 50M-key hint gave 362K shards, and an open after a crash took 4.6-7 ms instead of 2.6.
 common::Params layout_for(uint64_t hint, std::map<std::string, std::string> given = {}) {
   Options o;
   o.capacity_hint = hint;
@@ -97,14 +97,15 @@ uint64_t layout_u64(const common::Params& layout, const char* name) {
 TEST(LineHT, ACapacityHintGivesAtMost64KShardsWithRoomForItsKeys) {
   using lineht::kHintLoad, lineht::kHintMaxShards, lineht::kSlots;
   for (uint64_t hint : std::vector<uint64_t>{1000, 1000000, 9000000, 9100000, 20000000, 50000000,
-                                             uint64_t{1} << 34, uint64_t{1} << 40}) {
+                                             2000000000, uint64_t{1} << 34, uint64_t{1} << 39}) {
     common::Params l = layout_for(hint);
     uint64_t shards = layout_u64(l, "shards"), buckets = layout_u64(l, "buckets");
     EXPECT_GE(shards * buckets * kSlots * kHintLoad / 100, hint) << hint;  // room at 0.72
     EXPECT_EQ(std::popcount(buckets), 1) << hint;  // a power-of-two block: no slab slack
-    if (hint <= uint64_t{1} << 34) {
+    if (hint <= 2000000000) {
       EXPECT_LE(shards, kHintMaxShards) << hint;
     }
+    EXPECT_LE(buckets, lineht::kHintMaxShardBuckets) << hint;  // 1 MiB: room to double
     if (hint <= 9000000) {
       EXPECT_EQ(buckets, 64u) << hint;  // unchanged below the bound
     }

@@ -56,7 +56,7 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
   if (s.ok()) s = p.get_u64("lineht", "probe", kDefaultProbe, 1, kMaxProbe, &probe);
   if (!s.ok()) return s;
   // Sized from the capacity hint for a load factor of kHintLoad percent, else 256 shards;
-  // at most kHintMaxShards unless the shards or their buckets are given.
+  // at most kHintMaxShards of at most kHintMaxShardBuckets, unless shards or buckets are given.
   auto shards_for = [&](uint64_t b) -> uint64_t {
     if (o.capacity_hint == 0) return 256;
     uint64_t per_shard = std::max<uint64_t>(1, b * kSlots * kHintLoad / 100);
@@ -65,7 +65,7 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
   };
   uint64_t def = shards_for(buckets);
   if (!p.has("buckets") && !p.has("shards"))
-    while (def > kHintMaxShards && buckets * 2 <= kMaxShardBuckets / 2)
+    while (def > kHintMaxShards && buckets * 2 <= kHintMaxShardBuckets)
       def = shards_for(buckets *= 2);
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
   s = p.get_u64("lineht", "shards", def, 1, kMaxShards, &shards);

@@ -47,6 +47,9 @@ inline constexpr uint64_t kHintLoad = 72;
 // default 64 buckets doubled until the shards fit), so the directory an open checks word by
 // word stops growing with the hint: TurboHash fixes its directory too (64K shards in §4).
 inline constexpr uint64_t kHintMaxShards = uint64_t{1} << 16;
+// ... and shards of at most this many buckets (1 MiB: TurboHash §1's "limited capacity, e.g.
+// 1MB", which caps the time a resize holds its shard's lock); past ~2.3G keys, more shards.
+inline constexpr uint64_t kHintMaxShardBuckets = uint64_t{1} << 14;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
 
 // Test-only fault injection (pm::Pool::mutations), proving the crash harness has teeth.
