@@ -166,6 +166,26 @@ TEST(Allocator, AnEmptySlabGoesBackToTheChunks) {
   EXPECT_EQ(rp.alloc->reserve(64).off, second) << "the last slab of the class was given back";
 }
 
+// validate() names the chunk it refuses, its table word's offset and value, in its status
+// and in check()'s report (the text is built only for a chunk in trouble since session 21).
+TEST(Allocator, ValidateNamesADamagedChunkAndItsTableWord) {
+  RawPool rp;
+  const uint64_t chunk = 64u << 10;
+  pm::Reservation a = rp.alloc->reserve(chunk);
+  rp.alloc->mark(a);
+  EXPECT_TRUE(rp.alloc->validate(/*deep=*/false, nullptr).ok());
+  const uint64_t table = rp.pool->header().chunk_table_offset;
+  const uint64_t c = (a.off - rp.pool->header().heap_offset) / chunk + 3;
+  *rp.pool->ptr<uint64_t>(table + c * 8) = 0x77;  // a type no chunk has
+  std::string report;
+  Status s = rp.alloc->validate(/*deep=*/false, &report);
+  EXPECT_EQ(s.code(), Code::kCorrupted);
+  const std::string named = "allocator: chunk " + std::to_string(c) + " (table word at offset " +
+                            std::to_string(table + c * 8) + ", 0x77): neither free";
+  EXPECT_NE(s.message().find(named), std::string::npos) << s.message();
+  EXPECT_NE(report.find(named), std::string::npos) << report;
+}
+
 // A crash after reserve, with the object filled and even flushed, leaks nothing.
 TEST(Allocator, CrashBeforePublishLeaksNothing) {
   RawPool rp;

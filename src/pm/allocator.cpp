@@ -176,12 +176,15 @@ Status Allocator::validate(bool deep, std::string* report) const {
   };
   for (uint64_t c = 0; c < nchunks_; ++c) {
     uint64_t w = chunk_word_now(c), type = w & 0xFF, value = w >> 8;
-    std::string where = "allocator: chunk " + std::to_string(c) + " (table word at offset " +
-                        std::to_string(table_off_ + c * 8) + ", " + hex(w) + ")";
+    // Named only when there is a problem: building it for every chunk was most of the walk.
+    auto where = [&] {
+      return "allocator: chunk " + std::to_string(c) + " (table word at offset " +
+             std::to_string(table_off_ + c * 8) + ", " + hex(w) + ")";
+    };
     if (type == kChunkLarge && value >= 1 && value <= nchunks_ - c) {
       for (uint64_t i = 1; i < value; ++i)
         if (chunk_word_now(c + i) != kChunkFree)
-          problem(where + ": chunk " + std::to_string(c + i) + " inside the run is not free");
+          problem(where() + ": chunk " + std::to_string(c + i) + " inside the run is not free");
       c += value - 1;
     } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
       uint64_t nblocks = chunk_ / (kMinBlock << value);
@@ -189,18 +192,18 @@ Status Allocator::validate(bool deep, std::string* report) const {
       for (uint64_t i = nblocks / 64; i < chunk_ / 512 / 8; ++i) {
         uint64_t valid = i * 64 >= nblocks ? 0 : (uint64_t{1} << (nblocks % 64)) - 1;
         if ((bm[i] & ~valid) != 0) {
-          problem(where + ": slab bitmap word " + std::to_string(i) +
+          problem(where() + ": slab bitmap word " + std::to_string(i) +
                   " marks blocks past the slab");
           break;
         }
       }
     } else if (w != kChunkFree) {
-      problem(where + ": neither free, a run of chunks in the heap, nor a slab");
+      problem(where() + ": neither free, a run of chunks in the heap, nor a slab");
     } else if (deep) {
       const uint64_t* bm = bitmap(c);
       for (uint64_t i = 0; i < chunk_ / 512 / 8; ++i)
         if (bm[i] != 0) {
-          problem(where + ": a free chunk with allocation bits set");
+          problem(where() + ": a free chunk with allocation bits set");
           break;
         }
     }
