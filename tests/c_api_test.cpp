@@ -31,6 +31,16 @@ TEST(CApi, RoundTripAndErrors) {
     EXPECT_EQ(len, 5u);  // the full length, though only 3 bytes fit
     EXPECT_EQ(std::memcmp(buf, "val", 3), 0);
     EXPECT_EQ(pmhash_update(t, "x", 1, "v", 1), PMHASH_NOT_FOUND);
+    // A failed get sets *len to 0, not the previous call's length (37d1a4d, 7b492b8).
+    len = 99;
+    EXPECT_EQ(pmhash_get(t, "x", 1, buf, sizeof buf, &len), PMHASH_NOT_FOUND);
+    EXPECT_EQ(len, 0u);
+    len = 99;
+    EXPECT_EQ(pmhash_get(t, "", 0, buf, sizeof buf, &len), PMHASH_INVALID_ARGUMENT);
+    EXPECT_EQ(len, 0u);
+    len = 99;
+    EXPECT_EQ(pmhash_get(t, "k", 1, nullptr, 3, &len), PMHASH_INVALID_ARGUMENT);
+    EXPECT_EQ(len, 0u);
     EXPECT_EQ(pmhash_insert(t, "", 0, "v", 1), PMHASH_INVALID_ARGUMENT);
     EXPECT_EQ(pmhash_size(t), 1u);
     // Routing: only PMEH partitions its keys; this thread (the index's only one) holds slot 0.
