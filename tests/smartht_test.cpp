@@ -368,6 +368,48 @@ TEST_P(SmartHTTest, ReopenWithoutMemoryForTheFilterWorksWithoutIt) {
   for (int i = 0; i <= n; i += 7) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
 }
 
+// A clean reopen whose saved filter (§III-D) the kernel cannot map: the stripe counts are
+// loaded, the filter is not (load_saved_filter's failure path), its rebuild finds no memory
+// either, and the table works without it; the next open with memory has it again.
+TEST_P(SmartHTTest, ACleanReopenWithoutMemoryForTheSavedFilterWorksWithoutIt) {
+  TempPool p;
+  const int n = 3000;
+  Options o = opts({{"filter_keys", std::to_string(1u << 23)}});  // a 64 MiB filter
+  o.pool_size = 256u << 20;
+  {
+    std::unique_ptr<Index> idx;
+    ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
+    ASSERT_TRUE(idx->close().ok());  // saves the filter and the counts
+  }
+  {
+    AddressSpaceLimit limit(o.pool_size + (40u << 20));  // the pool maps, the filter does not
+    if (!limit.set()) GTEST_SKIP() << "cannot lower RLIMIT_AS here";
+    std::unique_ptr<Index> idx;
+    Status s = Index::open(p.path, opts({{"recovery_threads", "1"}}), &idx);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    scheme(*idx).wait_for_filter();
+    auto c = counters(*idx);
+    EXPECT_EQ(c["filter_ready"], 0);
+    EXPECT_EQ(c["filter_no_memory"], 2) << "the saved filter's load, then the rebuild";
+    std::string v;
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
+    EXPECT_EQ(idx->get(key(n), &v).code(), Code::kNotFound);
+    ASSERT_TRUE(idx->insert(key(n), value(n)).ok());
+    EXPECT_EQ(idx->size(), uint64_t(n + 1));
+    std::string report;
+    EXPECT_TRUE(idx->impl()->check(&report)) << report;
+    ASSERT_TRUE(idx->close().ok());
+  }
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, opts({}), &idx).ok());
+  scheme(*idx).wait_for_filter();
+  EXPECT_EQ(counters(*idx)["filter_ready"], 1);
+  EXPECT_EQ(idx->size(), uint64_t(n + 1));
+  std::string v;
+  for (int i = 0; i <= n; ++i) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
+}
+
 // An open refused because the system has no memory for the scheme's DRAM structures
 // (here SmartHT's 2^21 stripe locks, 128 MiB) is an error, not an exception, and leaves a
 // cleanly closed pool clean: the next open takes the fast path, every key there.
