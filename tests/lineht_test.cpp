@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -77,9 +78,10 @@ TEST(LineHT, OpenAfterACrashBuildsNoFilterUntilAShardIsUsed) {
 }
 
 // An open checks every shard word (validate.cpp), so the shard count bounds its work. A
-// capacity hint gives at most 64K shards, longer ones past about 9M keys (TurboHash's
-// directory is fixed too), up to 1 MiB (then more shards); given shards and buckets are kept.
-// Before, a 50M-key hint gave 362K shards, and an open after a crash took 4.6-7 ms instead of 2.6.
+// capacity hint gives at most 64K shards: past about 9M keys the shards are longer (the
+// shortest power of two that fits), up to 2,048 buckets (about 290M keys), then more
+// shards; a given shape (shards, buckets or probe) is kept. Before, a 50M-key hint gave
+// 362,319 shards and an open after a crash took 4.7 ms instead of 2.5.
 common::Params layout_for(uint64_t hint, std::map<std::string, std::string> given = {}) {
   Options o;
   o.capacity_hint = hint;
@@ -88,35 +90,58 @@ common::Params layout_for(uint64_t hint, std::map<std::string, std::string> give
   return layout;
 }
 
-uint64_t layout_u64(const common::Params& layout, const char* name) {
-  uint64_t v = 0;
-  EXPECT_TRUE(layout.get_u64(name, 0, &v)) << name;
-  return v;
+std::pair<uint64_t, uint64_t> shape(const common::Params& layout) {
+  uint64_t shards = 0, buckets = 0;
+  EXPECT_TRUE(layout.get_u64("shards", 0, &shards));
+  EXPECT_TRUE(layout.get_u64("buckets", 0, &buckets));
+  return {shards, buckets};
 }
 
+using Shape = std::pair<uint64_t, uint64_t>;
+
 TEST(LineHT, ACapacityHintGivesAtMost64KShardsWithRoomForItsKeys) {
-  using lineht::kHintLoad, lineht::kHintMaxShards, lineht::kSlots;
+  using lineht::kHintLoad, lineht::kHintMaxShardBuckets, lineht::kHintMaxShards, lineht::kSlots;
   for (uint64_t hint : std::vector<uint64_t>{1000, 1000000, 9000000, 9100000, 20000000, 50000000,
-                                             2000000000, uint64_t{1} << 34, uint64_t{1} << 39}) {
-    common::Params l = layout_for(hint);
-    uint64_t shards = layout_u64(l, "shards"), buckets = layout_u64(l, "buckets");
+                                             2000000000, uint64_t{1} << 34, uint64_t{1} << 36}) {
+    auto [shards, buckets] = shape(layout_for(hint));
     EXPECT_GE(shards * buckets * kSlots * kHintLoad / 100, hint) << hint;  // room at 0.72
     EXPECT_EQ(std::popcount(buckets), 1) << hint;  // a power-of-two block: no slab slack
-    if (hint <= 2000000000) {
+    EXPECT_LE(buckets, kHintMaxShardBuckets) << hint;
+    if (hint <= 289865728) {
       EXPECT_LE(shards, kHintMaxShards) << hint;
     }
-    EXPECT_LE(buckets, lineht::kHintMaxShardBuckets) << hint;  // 1 MiB: room to double
-    if (hint <= 9000000) {
-      EXPECT_EQ(buckets, 64u) << hint;  // unchanged below the bound
-    }
   }
-  EXPECT_EQ(layout_u64(layout_for(50000000), "buckets"), 512u);
-  common::Params given = layout_for(50000000, {{"shards", "1000000"}});
-  EXPECT_EQ(layout_u64(given, "shards"), 1000000u);
-  EXPECT_EQ(layout_u64(given, "buckets"), 64u);
-  given = layout_for(50000000, {{"buckets", "64"}});
-  EXPECT_EQ(layout_u64(given, "shards"), 362319u);
-  EXPECT_EQ(layout_u64(layout_for(0), "shards"), 256u);
+  // The bound, and the shortest shards that fit it (per shard: buckets * 3 * 0.72 keys).
+  EXPECT_EQ(shape(layout_for(9043968)), Shape(65536, 64));  // 65,536 x 138
+  EXPECT_EQ(shape(layout_for(9043969)), Shape(32769, 128));
+  EXPECT_EQ(shape(layout_for(10000000)), Shape(36232, 128));
+  EXPECT_EQ(shape(layout_for(20000000)), Shape(36232, 256));
+  EXPECT_EQ(shape(layout_for(50000000)), Shape(45249, 512));
+  EXPECT_EQ(shape(layout_for(100000000)), Shape(45229, 1024));
+  EXPECT_EQ(shape(layout_for(289865728)), Shape(65536, 2048));  // 65,536 x 4,423
+  EXPECT_EQ(shape(layout_for(289865729)), Shape(65537, 2048));
+  EXPECT_EQ(shape(layout_for(0)), Shape(256, 64));
+  // A given shape is kept: 64-bucket shards, as many as the hint needs.
+  EXPECT_EQ(shape(layout_for(50000000, {{"shards", "1000000"}})), Shape(1000000, 64));
+  EXPECT_EQ(shape(layout_for(50000000, {{"buckets", "64"}})), Shape(362319, 64));
+  EXPECT_EQ(shape(layout_for(50000000, {{"probe", "16"}})), Shape(362319, 64));
+  EXPECT_EQ(shape(layout_for(50000000, {{"shards", "3"}, {"buckets", "8"}})), Shape(3, 8));
+}
+
+// A hint whose table is larger than the pool is refused before any shard is cleared (it
+// cleared shard after shard until the pool ran out: the whole pool written for nothing).
+TEST(LineHT, AHintLargerThanThePoolIsRefusedBeforeWritingIt) {
+  TempPool p;
+  Options o = small_options("lineht", Format::kFixed);
+  o.capacity_hint = 1000000000;  // 29 GiB of shards
+  o.pool_size = 256u << 20;
+  std::unique_ptr<Index> idx;
+  PersistCounters before = thread_persist_counters();
+  Status s = Index::open(p.path, o, &idx);
+  EXPECT_LT(thread_persist_counters().bytes_flushed - before.bytes_flushed, 1u << 20);
+  EXPECT_EQ(s.code(), Code::kPoolFull) << s.to_string();
+  EXPECT_NE(s.message().find("capacity_hint"), std::string::npos) << s.message();
+  EXPECT_EQ(access(p.path.c_str(), F_OK), -1) << "the refused pool was left behind";
 }
 
 std::map<std::string, double> counters_of(const Index& idx) {

@@ -18,7 +18,8 @@ using common::store_word;
 // Instant recovery (TurboHash §3.7): every write commits by one 8-byte store (or one
 // allocator commit), so there is nothing to redo; the DRAM side is built per shard on first
 // use. Opening costs O(shards) for validate()'s check of the directory, nothing per key; a
-// capacity hint gives at most kHintMaxShards shards, so that cost stops growing with the keys.
+// capacity hint gives at most kHintMaxShards shards up to ~290M keys, so that cost stops
+// growing with the keys.
 LineHT::LineHT(SchemeContext& ctx, uint64_t root_off)
     : pool_(ctx.pool),
       alloc_(ctx.alloc),
@@ -56,7 +57,8 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
   if (s.ok()) s = p.get_u64("lineht", "probe", kDefaultProbe, 1, kMaxProbe, &probe);
   if (!s.ok()) return s;
   // Sized from the capacity hint for a load factor of kHintLoad percent, else 256 shards;
-  // at most kHintMaxShards of at most kHintMaxShardBuckets, unless shards or buckets are given.
+  // longer shards past kHintMaxShards unless the shape is given (a short probe fails early
+  // in a long shard).
   auto shards_for = [&](uint64_t b) -> uint64_t {
     if (o.capacity_hint == 0) return 256;
     uint64_t per_shard = std::max<uint64_t>(1, b * kSlots * kHintLoad / 100);
@@ -64,7 +66,7 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
     return o.capacity_hint / per_shard + (o.capacity_hint % per_shard != 0);
   };
   uint64_t def = shards_for(buckets);
-  if (!p.has("buckets") && !p.has("shards"))
+  if (!p.has("buckets") && !p.has("shards") && !p.has("probe"))
     while (def > kHintMaxShards && buckets * 2 <= kHintMaxShardBuckets)
       def = shards_for(buckets *= 2);
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
@@ -89,6 +91,8 @@ Status LineHT::create(SchemeContext& ctx, std::unique_ptr<Scheme>* out) {
     return Status(Code::kPoolFull, "pool too small for " + std::to_string(nshards) + " shards of " +
                                        std::to_string(nbuckets) + " buckets");
   };
+  // A hint far beyond the pool is refused before any shard is cleared.
+  if (nshards * nbuckets * sizeof(Bucket) > ctx.pool.size()) return fail();
   pm::Reservation root = a.reserve(sizeof(Root));
   if (!root) return fail();
   all.push_back(root);
