@@ -477,10 +477,13 @@ TEST_P(SmartHTTest, AFilterResizeWithoutMemoryKeepsTheOldFilterAndRetriesLater) 
     std::string v;
     for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
   }
-  ASSERT_TRUE(idx->insert(key(n), value(n)).ok());  // asks for the resize again
-  ++n;
-  EXPECT_TRUE(wait_until("the filter never grew once memory was back",
-                         [&] { return counters(*idx)["filter_capacity"] >= n; }));
+  // Each poll inserts one more key, which asks for the resize again (a request made while
+  // the worker was finishing its last refused attempt would otherwise be its only one).
+  EXPECT_TRUE(wait_until("the filter never grew once memory was back", [&] {
+    EXPECT_TRUE(idx->insert(key(n), value(n)).ok());
+    ++n;
+    return counters(*idx)["filter_capacity"] >= n;
+  }));
   std::string v;
   for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
   std::string report;
