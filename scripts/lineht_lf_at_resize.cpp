@@ -6,7 +6,7 @@
 //   cmake --build build/release --target pmhash
 //   g++ -O2 -std=c++20 -Iinclude -o /tmp/lf_at_resize scripts/lineht_lf_at_resize.cpp \
 //     build/release/libpmhash.a $(pkg-config --libs libpmem2 liburcu libxxhash) -lpthread
-//   for b in 512 1024 2048 4096 16384; do
+//   for b in 64 512 1024 2048 4096 16384; do
 //     rm -f /dev/shm/lf.pool; /tmp/lf_at_resize /dev/shm/lf.pool $((2097152 / b)) $b; done
 #include <cstdio>
 #include <cstdlib>

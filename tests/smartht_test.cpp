@@ -368,9 +368,9 @@ TEST_P(SmartHTTest, ReopenWithoutMemoryForTheFilterWorksWithoutIt) {
   for (int i = 0; i <= n; i += 7) ASSERT_TRUE(idx->get(key(i), &v).ok()) << i;
 }
 
-// A clean reopen whose saved filter (§III-D) the kernel cannot map: the stripe counts are
-// loaded, the filter is not (load_saved_filter's failure path), its rebuild finds no memory
-// either, and the table works without it; the next open with memory has it again.
+// A clean reopen whose saved filter (§III-D) the kernel cannot map (load_saved_filter's
+// failure path: the open then recounts, as after a crash), whose rebuild finds no memory
+// either: the table works without a filter; the next open with memory has it again.
 TEST_P(SmartHTTest, ACleanReopenWithoutMemoryForTheSavedFilterWorksWithoutIt) {
   TempPool p;
   const int n = 3000;
@@ -450,25 +450,28 @@ TEST_P(SmartHTTest, AFilterResizeWithoutMemoryKeepsTheOldFilterAndRetriesLater) 
                   "memory for its own bookkeeping";
 #endif
   TempPool p;
+  Options o = opts({{"filter_keys", "1024"}, {"recovery_threads", "1"}});
+  o.pool_size = 1u << 30;  // sparse: about a million keys of either format
   std::unique_ptr<Index> idx;
-  ASSERT_TRUE(
-      Index::open(p.path, opts({{"filter_keys", "1024"}, {"recovery_threads", "1"}}), &idx).ok());
-  int n = 20000;
+  ASSERT_TRUE(Index::open(p.path, o, &idx).ok());
+  int n = 200000;
   for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(key(i), value(i)).ok());
   scheme(*idx).wait_for_filter();
   const double capacity = counters(*idx)["filter_capacity"];
-  ASSERT_GT(capacity, 1024) << "the filter grew from its 1,024 keys";
+  // The next filter, for at least twice this capacity (8 bytes per key: >= 3 MiB), cannot
+  // fit in the limit's 1 MiB plus the retired smaller filters (together at most one current
+  // filter, 1.5-3 MiB); the 1 MiB leaves room for the inserts' own small allocations.
+  ASSERT_GE(capacity, 200000) << "the filter grew from its 1,024 keys";
   auto wait_until = [&](const char* what, auto&& done) {
     for (int i = 0; i < 3000 && !done(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return done() ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << what;
   };
   {
-    // Less than a filter for twice the keys (8 bytes per key), even with the smaller filters
-    // the resizes retired (together about one current filter) given back to the kernel.
-    AddressSpaceLimit limit(128u << 10);
+    AddressSpaceLimit limit(1u << 20);
     if (!limit.set()) GTEST_SKIP() << "cannot lower RLIMIT_AS here";
-    for (; n < 100000; ++n) ASSERT_TRUE(idx->insert(key(n), value(n)).ok());
+    // Past the filter's capacity: a resize is asked for.
+    for (; n <= int(capacity) + 1000; ++n) ASSERT_TRUE(idx->insert(key(n), value(n)).ok());
     EXPECT_TRUE(wait_until("no resize failed for want of memory",
                            [&] { return counters(*idx)["filter_no_memory"] >= 1; }));
     auto c = counters(*idx);

@@ -46,8 +46,8 @@ inline constexpr uint64_t kHintLoad = 72;
 // The most shards a capacity hint gives by default: an open checks every shard word, so past
 // ~9M keys the default 64 buckets per shard are doubled instead, up to kHintMaxShardBuckets
 // (docs/schemes/lineht.md "A bounded directory"). Then more shards again: longer shards
-// resize at a lower load factor once the table outgrows its hint (mean 0.87 at 2,048
-// buckets, 0.85 at 4,096, 0.82 at 16,384; issue 19 asks for 0.85).
+// resize at a lower load factor once the table outgrows its hint (mean 0.866 at 2,048
+// buckets, 0.848 at 4,096, 0.819 at 16,384; issue 19 asks for 0.85).
 inline constexpr uint64_t kHintMaxShards = uint64_t{1} << 16;
 inline constexpr uint64_t kHintMaxShardBuckets = uint64_t{1} << 11;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 24;
