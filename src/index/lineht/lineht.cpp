@@ -67,8 +67,10 @@ Status LineHT::layout(const Options& o, const common::Params& p, common::Params*
   };
   uint64_t def = shards_for(buckets);
   if (!p.has("buckets") && !p.has("shards") && !p.has("probe"))
-    while (def > kHintMaxShards && buckets * 2 <= kHintMaxShardBuckets)
-      def = shards_for(buckets *= 2);
+    while (def > kHintMaxShards && buckets * 2 <= kHintMaxShardBuckets) {
+      buckets *= 2;
+      def = shards_for(buckets);
+    }
   def = std::clamp<uint64_t>(def, 1, kMaxShards);
   s = p.get_u64("lineht", "shards", def, 1, kMaxShards, &shards);
   if (!s.ok()) return s;
