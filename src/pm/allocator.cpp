@@ -188,6 +188,7 @@ Status Allocator::validate(bool deep, std::string* report) const {
           problem(where() + ": chunk " + std::to_string(c + i) + " inside the run is not free");
       c += value - 1;
     } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
+      if (!deep) continue;  // bits past a slab are not read (build_dram_state) nor kept
       uint64_t nblocks = chunk_ / (kMinBlock << value);
       const uint64_t* bm = bitmap(c);
       for (uint64_t i = nblocks / 64; i < chunk_ / 512 / 8; ++i) {
@@ -308,6 +309,23 @@ bool Allocator::back_chunks(uint64_t c, uint64_t n) {
   return true;
 }
 
+// A chunk becoming a slab starts with every bit of its bitmap clear, past its blocks too:
+// the bits a smaller class would read there are then never stale ones (a larger class's
+// slab clears only its own words when it is freed), so the open needs no check that none is
+// set past a slab's blocks (a read of each slab's whole bitmap; check() still looks). Only
+// words found set are written; the fence orders them before the chunk word says slab.
+void Allocator::clear_bitmap(uint64_t c) {
+  auto* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+  bool cleared = false;
+  for (uint64_t i = 0; i < chunk_ / 512 / 8; ++i) {
+    if (bm[i] == 0) continue;
+    bm[i] = 0;
+    pool_.persister().flush(&bm[i], 8);
+    cleared = true;
+  }
+  if (cleared) pool_.persister().fence();
+}
+
 bool Allocator::take_backed_chunks(uint64_t n, uint64_t* first) {
   {
     std::lock_guard<std::mutex> g(chunk_mu_);
@@ -349,6 +367,7 @@ Reservation Allocator::reserve_block(uint64_t size) {
         std::lock_guard<std::mutex> cg(chunk_mu_);
         run_len_[c] = 0;  // a slab, not a run
       }
+      clear_bitmap(c);
       // The slab's type is persisted eagerly: an empty slab is not a leak, just free space.
       std::atomic_ref<uint64_t>(*chunk_word(c)).store(kChunkSlab | (uint64_t(cls) << 8));
       pool_.persister().persist(chunk_word(c), 8);

@@ -60,7 +60,8 @@ class Allocator {
   void recover(bool format);
   // Read-only: do the lanes, chunk table and slab bitmaps describe a possible state? Appends
   // one line per problem to *report (all of them); returns kCorrupted naming the first.
-  // `deep` also checks the bitmaps of chunks that are not slabs (check(); costs a full scan).
+  // `deep` also reads the bitmap bits no open reads: a free chunk's, and those past a slab's
+  // blocks (check(); costs a full scan). Both are cleared before a chunk becomes a slab.
   Status validate(bool deep, std::string* report) const;
   // A lane holds a committed redo log (valid checksum, every entry a possible op).
   bool has_committed_log() const;
@@ -159,6 +160,7 @@ class Allocator {
   bool take_backed_chunks(uint64_t n, uint64_t* first);  // not under chunk_mu_
   void give_back_chunks(uint64_t c, uint64_t n);         // DRAM, under chunk_mu_
   void free_empty_slab(uint64_t c);                      // under its class lock
+  void clear_bitmap(uint64_t c);                         // before the chunk becomes a slab
   void release_block(uint64_t off, bool published);      // cancel: published = false
   void replay_lanes();
   const uint64_t* lane(uint64_t l) const {
