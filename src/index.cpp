@@ -240,6 +240,16 @@ static Status verify_recorded_count(const SchemeContext& ctx, const SchemeFactor
                                 std::to_string(pm::kMutableHeaderOffset + 24) + ")"};
 }
 
+// A new variable-format table that leaves its pool no room for one item (the smallest: a
+// 1-byte key and a 1-byte value) would open and then refuse every insert (HDNH's default levels
+// filled a 4 MiB pool): such a pool is refused at creation instead. A slab the trial
+// reservation made (its chunk word persisted, as for any new slab) stays empty: free space.
+static bool room_for_an_item(SchemeContext& ctx) {
+  pm::Reservation r = ctx.alloc.reserve(8 + 1 + 1);  // lengths, key, value (common/items)
+  ctx.alloc.cancel(r);
+  return static_cast<bool>(r);
+}
+
 // A scheme sizes DRAM structures from its layout (LineHT's per-shard arrays, HDNH's OCF,
 // SmartHT's filter); the kernel may refuse them. Nothing throws out of the API: that is an
 // error here, and a pool being created is then removed.
@@ -250,6 +260,11 @@ static Status create_or_open(const SchemeFactory& f, SchemeContext& ctx, bool fr
   try {
     Status s = fresh ? f.create(ctx, out) : f.open(ctx, clean, out);
     *refused = false;
+    if (s.ok() && fresh && ctx.items.variable() && !room_for_an_item(ctx)) {
+      out->reset();
+      return {Code::kPoolFull, "pool too small: the new " + std::string(f.name) +
+                                   " table leaves no room for an item"};
+    }
     return s;
   } catch (const std::bad_alloc&) {
     out->reset();

@@ -185,6 +185,39 @@ TEST(Pool, BadKeysAndValues) {
   EXPECT_TRUE(var->check().ok());
 }
 
+// Every scheme in both formats with its default options on a 4 MiB pool: the open either
+// refuses the pool as full (and leaves no file behind) or the index holds an item. HDNH's
+// default levels filled such a pool in the variable format: it opened, then refused every
+// insert as full (fails before the creation check in create_or_open).
+TEST(Pool, ANewTableThatLeavesNoRoomForAnItemIsRefusedAtCreation) {
+  int refused = 0, opened = 0;
+  for (const std::string& scheme : schemes())
+    for (Format f : {Format::kFixed, Format::kVariable}) {
+      SCOPED_TRACE(scheme + (f == Format::kFixed ? " fixed" : " variable"));
+      TempPool p;
+      Options o;
+      o.scheme = scheme;
+      o.format = f;
+      o.pool_size = 4u << 20;
+      std::unique_ptr<Index> idx;
+      Status s = Index::open(p.path, o, &idx);
+      if (!s.ok()) {
+        EXPECT_EQ(s.code(), Code::kPoolFull) << s.to_string();
+        EXPECT_NE(access(p.path.c_str(), F_OK), 0) << "a refused creation left its file";
+        ++refused;
+        continue;
+      }
+      ++opened;
+      std::string key = f == Format::kFixed ? std::string(8, 'k') : "k";
+      std::string value = f == Format::kFixed ? std::string(8, 'v') : "v";
+      Status ins = idx->insert(key, value);
+      EXPECT_TRUE(ins.ok()) << "opened, but holds no item: " << ins.to_string();
+      EXPECT_TRUE(idx->check().ok());
+    }
+  EXPECT_GT(refused, 0);  // the matrix has both cases (default tables of 16 MB and of less)
+  EXPECT_GT(opened, 0);
+}
+
 TEST(Pool, FullPoolStaysUsableForReadsAndDeletes) {
   TempPool p;
   Options o = small_options("turbohash", Format::kVariable);
