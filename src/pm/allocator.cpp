@@ -20,6 +20,11 @@ struct Allocator::Slab {
   bool backed = true;          // its pages allocated in the file this open (back_chunks)
 };
 
+// The bits of bitmap word i that stand for the slab's blocks (the last word's may not all).
+uint64_t Allocator::block_bits(const Slab& s, uint64_t i) {
+  return (i + 1) * 64 <= s.nblocks ? ~uint64_t{0} : (uint64_t{1} << (s.nblocks % 64)) - 1;
+}
+
 struct Allocator::SizeClass {
   std::mutex mu;
   std::vector<uint64_t> partial;  // chunks of slabs that may have a free block
@@ -163,15 +168,13 @@ Status Allocator::validate(bool deep, std::string* report) const {
               std::to_string(lanes_off_ + l * kLaneBytes) +
               ") holds a log with impossible entries");
   }
-  // check()'s deep pass copies a chunk's bitmap without backing its pages: a free chunk's
-  // is often a hole of a sparse pool (nothing wrote it), and reading a hole of a full tmpfs
-  // raises SIGBUS. Open's pass reads slab bitmaps in place (no system calls per chunk; a
-  // slab of a pool written before session 19 may have holes there: design.md's known gap).
-  std::vector<uint64_t> copy(chunk_ / 512 / 8);
+  // Only check()'s deep pass reads bitmaps (an open reads none: bits past a slab's blocks
+  // are never read as blocks, and a chunk's bitmap is cleared when it becomes a slab). It
+  // copies them without backing their pages: a free chunk's is often a hole of a sparse pool
+  // (nothing wrote it), and reading a hole of a full tmpfs raises SIGBUS.
+  std::vector<uint64_t> copy(deep ? chunk_ / 512 / 8 : 0);
   auto bitmap = [&](uint64_t c) -> const uint64_t* {
-    uint64_t off = bitmap_off_ + c * (chunk_ / 512);
-    if (!deep) return pool_.ptr<uint64_t>(off);
-    pool_.read_without_backing(off, chunk_ / 512, copy.data());
+    pool_.read_without_backing(bitmap_off_ + c * (chunk_ / 512), chunk_ / 512, copy.data());
     return copy.data();
   };
   for (uint64_t c = 0; c < nchunks_; ++c) {
@@ -188,7 +191,7 @@ Status Allocator::validate(bool deep, std::string* report) const {
           problem(where() + ": chunk " + std::to_string(c + i) + " inside the run is not free");
       c += value - 1;
     } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
-      if (!deep) continue;  // bits past a slab are not read (build_dram_state) nor kept
+      if (!deep) continue;  // no open reads bits past a slab's blocks (see clear_bitmap)
       uint64_t nblocks = chunk_ / (kMinBlock << value);
       const uint64_t* bm = bitmap(c);
       for (uint64_t i = nblocks / 64; i < chunk_ / 512 / 8; ++i) {
@@ -233,9 +236,7 @@ void Allocator::build_dram_state() {
       const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
       uint64_t used = 0;
       for (size_t i = 0; i < s->used.size(); ++i) {
-        uint64_t valid_mask =
-            (i + 1) * 64 <= s->nblocks ? ~uint64_t{0} : (uint64_t{1} << (s->nblocks % 64)) - 1;
-        s->used[i] = bm[i] & valid_mask;
+        s->used[i] = bm[i] & block_bits(*s, i);
         used += std::popcount(s->used[i]);
       }
       s->nfree = s->nblocks - used;
@@ -390,8 +391,7 @@ Reservation Allocator::reserve_block(uint64_t size) {
       s.backed = true;
     }
     for (size_t i = 0; i < s.used.size(); ++i) {
-      uint64_t free_bits = ~s.used[i];
-      if (i * 64 + 64 > s.nblocks) free_bits &= (uint64_t{1} << (s.nblocks % 64)) - 1;
+      uint64_t free_bits = ~s.used[i] & block_bits(s, i);
       if (free_bits == 0) continue;
       uint64_t b = i * 64 + std::countr_zero(free_bits);
       s.used[i] |= uint64_t{1} << (b % 64);
@@ -442,8 +442,9 @@ void Allocator::free_empty_slab(uint64_t c) {
   if (!other_room) return;
   uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
   uint64_t words = (s.nblocks + 63) / 64;
-  for (uint64_t i = 0; i < words; ++i)  // a bit still set: keep the slab (check() reports it)
-    if (std::atomic_ref<uint64_t>(bm[i]).load(std::memory_order_acquire) != 0) return;
+  for (uint64_t i = 0; i < words; ++i)  // a block's bit still set: keep the slab (check() says)
+    if ((std::atomic_ref<uint64_t>(bm[i]).load(std::memory_order_acquire) & block_bits(s, i)) != 0)
+      return;
   const Persister& p = pool_.persister();
   p.persist(bm, words * 8);
   std::atomic_ref<uint64_t>(*chunk_word(c)).store(kChunkFree);

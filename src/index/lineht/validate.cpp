@@ -1,8 +1,9 @@
 // Read-only validation before open (SchemeFactory::validate): the root, the directory and
 // every shard it points to. Mirrors LineHT::open's checks without changing anything.
+#include <algorithm>
 #include <bit>
-#include <vector>
 
+#include "common/zeroed_map.hpp"
 #include "index/lineht/lineht.hpp"
 
 namespace pmhash::lineht {
@@ -13,31 +14,39 @@ namespace pmhash::lineht {
 // block the damaged word lost. (A 1-bucket shard's word damaged into a variable-format
 // item's block is not caught: that needs every slot.)
 //
-// The offsets go into an open-addressing set at most 3/4 full (8-21 bytes per shard, 1 MiB
-// for the at most 65,536 shards a capacity hint gives), so the check's cost follows the
-// shards, not the pool: a bit per 64-byte line of the pool faulted in pages across the
-// shards' span, 0.8 ms at 100M keys, and 14 ms in opens where the kernel compacted memory
-// for its huge pages (session 22). Offset 0 is the pool header, never a block: a free slot.
+// Distinct live blocks of at least `unit` bytes start at least `unit` bytes apart, so one
+// bit per `unit` bytes of the pool tells the shards apart, `unit` being the shortest shard's
+// size rounded down to a power of two: 16 KiB of bits for an 8 GiB pool of 64 KiB shards
+// (~100M keys), a bit per 64-byte line (pool / 512 bytes) only for 1-bucket shards. Sparse
+// zero pages of 4 KiB: a bit per line on huge pages cost 0.8 ms at 100M keys, 14 ms in
+// opens where the kernel compacted memory for them; a hash set of the offsets (session 22's
+// first version) was slower past ~100K shards and zero-filled 256 MiB for 2^24 of them
+// (helper-43's review). The root and the directory are compared, not marked: they may be
+// smaller than `unit`.
 Status shards_distinct(const SchemeContext& ctx, const Root* r, const uint64_t* d) {
-  std::vector<uint64_t> set(std::bit_ceil((r->nshards + 2) * 4 / 3 + 1), 0);
-  const int shift = 64 - std::countr_zero(set.size());
+  const uint64_t root = ctx.pool.root();
+  if (root == r->directory)
+    return damaged(ctx, "lineht", "the root and the directory name one block");
+  uint64_t unit = UINT64_MAX;
+  for (uint64_t s = 0; s < r->nshards; ++s)
+    unit = std::min(unit, std::max<uint64_t>(packed_count(d[s]), 1) * sizeof(Bucket));
+  const int shift = std::countr_zero(std::bit_floor(unit));
+  common::ZeroedMap map((ctx.pool.size() >> shift) / 8 + 8);
+  auto* seen = map.as<uint64_t>();
   auto first_claim = [&](uint64_t off) {
-    for (uint64_t i = (off / 64) * 0x9E3779B97F4A7C15ull >> shift;; i = (i + 1) % set.size()) {
-      if (set[i] == off) return false;
-      if (set[i] == 0) {
-        set[i] = off;
-        return true;
-      }
-    }
+    uint64_t u = off >> shift, bit = uint64_t{1} << (u % 64);
+    bool first = (seen[u / 64] & bit) == 0;
+    seen[u / 64] |= bit;
+    return first;
   };
-  bool ok = first_claim(ctx.pool.root()) && first_claim(r->directory);
-  for (uint64_t s = 0; ok && s < r->nshards; ++s)
-    if (!first_claim(packed_offset(d[s])))
+  for (uint64_t s = 0; s < r->nshards; ++s) {
+    uint64_t off = packed_offset(d[s]);
+    if (off == root || off == r->directory || !first_claim(off))
       return damaged(ctx, "lineht",
                      "shard " + std::to_string(s) + " names the block at offset " +
-                         std::to_string(packed_offset(d[s])) +
+                         std::to_string(off) +
                          ", which another shard, the root or the directory names too");
-  if (!ok) return damaged(ctx, "lineht", "the root and the directory name one block");
+  }
   return Status::Ok();
 }
 
