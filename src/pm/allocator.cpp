@@ -87,21 +87,45 @@ int Allocator::size_class(uint64_t size) const {
 
 void Allocator::recover(bool format) {
   replay_lanes();
-  if (format) {
-    for (uint64_t c = 0; c < nchunks_; ++c) {
-      uint64_t* w = chunk_word(c);
-      if (*w == kChunkFree) continue;
-      if ((*w & 0xFF) == kChunkSlab) {
-        char* bm = pool_.ptr<char>(bitmap_off_ + c * (chunk_ / 512));
-        std::memset(bm, 0, chunk_ / 512);
-        pool_.persister().flush(bm, chunk_ / 512);
-      }
-      *w = kChunkFree;
-      pool_.persister().flush(w, 8);
-    }
-    pool_.persister().fence();
-  }
+  if (format) format_chunks();
   build_dram_state();
+}
+
+// Every chunk made free. The slabs' bitmaps are persisted clear before any chunk word says
+// free: a crash in between leaves empty slabs (free space the next format frees), never a
+// free chunk whose bitmap still has bits (which check() reports as damage; helper-44).
+void Allocator::format_chunks() {
+  const Persister& p = pool_.persister();
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    if ((*chunk_word(c) & 0xFF) != kChunkSlab) continue;
+    char* bm = pool_.ptr<char>(bitmap_off_ + c * (chunk_ / 512));
+    std::memset(bm, 0, chunk_ / 512);
+    p.flush(bm, chunk_ / 512);
+  }
+  p.fence();
+  for (uint64_t c = 0; c < nchunks_; ++c) {
+    uint64_t* w = chunk_word(c);
+    if (*w == kChunkFree) continue;
+    *w = kChunkFree;
+    p.flush(w, 8);
+  }
+  p.fence();
+}
+
+// Read-only (DRAM state only; nothing is reserved, no slab made): a slab of the size's class
+// with a free block, or enough free chunks in a row for a new slab or run.
+bool Allocator::has_room_for(uint64_t size) {
+  int cls = size_class(size);
+  if (cls >= 0) {
+    SizeClass& sc = classes_[cls];
+    std::lock_guard<std::mutex> g(sc.mu);
+    for (uint64_t c : sc.partial)
+      if (slabs_[c] && slabs_[c]->nfree > 0) return true;
+  }
+  uint64_t n = cls < 0 ? (size + chunk_ - 1) / chunk_ : 1, run = 0;
+  std::lock_guard<std::mutex> g(chunk_mu_);
+  for (uint64_t c = lowest_free_; c < nchunks_ && run < n; ++c) run = chunk_busy_[c] ? 0 : run + 1;
+  return run >= n;
 }
 
 // A redo-log entry may target the mutable part of the header page or allocator/heap words,

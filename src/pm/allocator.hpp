@@ -69,7 +69,10 @@ class Allocator {
   void replay_committed() { replay_lanes(); }
 
   Reservation reserve(uint64_t size);  // empty Reservation when the pool is full
-  void cancel(const Reservation& r);   // give back an unpublished reservation
+  // Whether reserve(size) would find room now, changing nothing (no slab is made). Not
+  // whether a sparse pool's file system could back a fresh chunk's pages.
+  bool has_room_for(uint64_t size);
+  void cancel(const Reservation& r);  // give back an unpublished reservation
   // Marks r allocated without a log. Only for objects nothing reachable points to yet and
   // whose loss a crash may not care about (pool creation); the caller fences.
   void publish_unlogged(const Reservation& r);
@@ -161,6 +164,7 @@ class Allocator {
   void give_back_chunks(uint64_t c, uint64_t n);          // DRAM, under chunk_mu_
   void free_empty_slab(uint64_t c);                       // under its class lock
   void clear_bitmap(uint64_t c);                          // before the chunk becomes a slab
+  void format_chunks();                                   // recover(format=true)
   static uint64_t block_bits(const Slab& s, uint64_t i);  // word i's bits of its blocks
   void release_block(uint64_t off, bool published);       // cancel: published = false
   void replay_lanes();
