@@ -270,6 +270,20 @@ TEST(Allocator, LogFreeMarkUnmarkSweep) {
   EXPECT_TRUE(rp.allocated().empty());
 }
 
+// A crash image of the simulator's current crash point, opened as a raw pool.
+std::unique_ptr<pm::Pool> open_image(CrashSim& sim, CrashSim::Mix mix, uint64_t seed,
+                                     const TempPool& f) {
+  std::vector<char> img;
+  sim.make_image(mix, seed, &img);
+  write_bytes(f.path, img);
+  pm::PoolArgs a;
+  a.scheme = "test";
+  a.mode = Mode::kEmulated;
+  std::unique_ptr<pm::Pool> pool;
+  EXPECT_TRUE(pm::Pool::open(f.path, a, &pool).ok());
+  return pool;
+}
+
 // Crash at every fence of a publish and of a free: the allocation and the publishing store
 // are all-or-nothing in every crash image.
 TEST(Allocator, TxIsAllOrNothingAtEveryFence) {
@@ -288,15 +302,9 @@ TEST(Allocator, TxIsAllOrNothingAtEveryFence) {
       for (auto mix : {CrashSim::Mix::kAllOld, CrashSim::Mix::kAllNew, CrashSim::Mix::kPerWord,
                        CrashSim::Mix::kPerLine}) {
         for (uint64_t seed = 0; seed < 8; ++seed) {
-          std::vector<char> img;
-          sim.make_image(mix, seed, &img);
           TempPool f("img");
-          write_bytes(f.path, img);
-          pm::PoolArgs a;
-          a.scheme = "test";
-          a.mode = Mode::kEmulated;
-          std::unique_ptr<pm::Pool> pool;
-          ASSERT_TRUE(pm::Pool::open(f.path, a, &pool).ok());
+          std::unique_ptr<pm::Pool> pool = open_image(sim, mix, seed, f);
+          ASSERT_TRUE(pool);
           pm::Allocator al(*pool);
           al.recover(false);
           std::map<uint64_t, uint64_t> m;
@@ -324,20 +332,6 @@ TEST(Allocator, TxIsAllOrNothingAtEveryFence) {
     EXPECT_GT(before, 0);
     EXPECT_GT(after, 0) << "some crash images must show the committed state";
   }
-}
-
-// A crash image of the simulator's current crash point, opened as a raw pool.
-std::unique_ptr<pm::Pool> open_image(CrashSim& sim, CrashSim::Mix mix, uint64_t seed,
-                                     const TempPool& f) {
-  std::vector<char> img;
-  sim.make_image(mix, seed, &img);
-  write_bytes(f.path, img);
-  pm::PoolArgs a;
-  a.scheme = "test";
-  a.mode = Mode::kEmulated;
-  std::unique_ptr<pm::Pool> pool;
-  EXPECT_TRUE(pm::Pool::open(f.path, a, &pool).ok());
-  return pool;
 }
 
 // A crash at each fence of a chunk becoming a slab, over a bitmap full of stale bits (the

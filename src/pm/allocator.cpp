@@ -20,9 +20,11 @@ struct Allocator::Slab {
   bool backed = true;          // its pages allocated in the file this open (back_chunks)
 };
 
-// The bits of bitmap word i that stand for the slab's blocks (the last word's may not all).
-uint64_t Allocator::block_bits(const Slab& s, uint64_t i) {
-  return (i + 1) * 64 <= s.nblocks ? ~uint64_t{0} : (uint64_t{1} << (s.nblocks % 64)) - 1;
+// The bits of bitmap word i that stand for blocks of a slab of nblocks (none past its last
+// block: bits there are damage, or were left by an earlier use of the chunk).
+uint64_t Allocator::block_bits(uint64_t nblocks, uint64_t i) {
+  if (i * 64 >= nblocks) return 0;
+  return (i + 1) * 64 <= nblocks ? ~uint64_t{0} : (uint64_t{1} << (nblocks % 64)) - 1;
 }
 
 struct Allocator::SizeClass {
@@ -219,8 +221,7 @@ Status Allocator::validate(bool deep, std::string* report) const {
       uint64_t nblocks = chunk_ / (kMinBlock << value);
       const uint64_t* bm = bitmap(c);
       for (uint64_t i = nblocks / 64; i < chunk_ / 512 / 8; ++i) {
-        uint64_t valid = i * 64 >= nblocks ? 0 : (uint64_t{1} << (nblocks % 64)) - 1;
-        if ((bm[i] & ~valid) != 0) {
+        if ((bm[i] & ~block_bits(nblocks, i)) != 0) {
           problem(where() + ": slab bitmap word " + std::to_string(i) +
                   " marks blocks past the slab");
           break;
@@ -260,7 +261,7 @@ void Allocator::build_dram_state() {
       const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
       uint64_t used = 0;
       for (size_t i = 0; i < s->used.size(); ++i) {
-        s->used[i] = bm[i] & block_bits(*s, i);
+        s->used[i] = bm[i] & block_bits(s->nblocks, i);
         used += std::popcount(s->used[i]);
       }
       s->nfree = s->nblocks - used;
@@ -415,7 +416,7 @@ Reservation Allocator::reserve_block(uint64_t size) {
       s.backed = true;
     }
     for (size_t i = 0; i < s.used.size(); ++i) {
-      uint64_t free_bits = ~s.used[i] & block_bits(s, i);
+      uint64_t free_bits = ~s.used[i] & block_bits(s.nblocks, i);
       if (free_bits == 0) continue;
       uint64_t b = i * 64 + std::countr_zero(free_bits);
       s.used[i] |= uint64_t{1} << (b % 64);
@@ -467,7 +468,8 @@ void Allocator::free_empty_slab(uint64_t c) {
   uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
   uint64_t words = (s.nblocks + 63) / 64;
   for (uint64_t i = 0; i < words; ++i)  // a block's bit still set: keep the slab (check() says)
-    if ((std::atomic_ref<uint64_t>(bm[i]).load(std::memory_order_acquire) & block_bits(s, i)) != 0)
+    if ((std::atomic_ref<uint64_t>(bm[i]).load(std::memory_order_acquire) &
+         block_bits(s.nblocks, i)) != 0)
       return;
   const Persister& p = pool_.persister();
   p.persist(bm, words * 8);
@@ -630,8 +632,7 @@ void Allocator::begin_sweep() {
       const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
       uint64_t stride = uint64_t{1} << value, nblocks = chunk_ / (kMinBlock << value);
       for (uint64_t bw = 0; bw < (nblocks + 63) / 64; ++bw) {
-        uint64_t bits = bm[bw];
-        if ((bw + 1) * 64 > nblocks) bits &= (uint64_t{1} << (nblocks % 64)) - 1;  // damage
+        uint64_t bits = bm[bw] & block_bits(nblocks, bw);  // none past the blocks: damage
         if (stride == 1) {
           if (bits != 0) suspects_[first / 64 + bw] = bits;
           continue;

@@ -158,15 +158,15 @@ class Allocator {
   }
   uint64_t chunk_of(uint64_t off) const { return (off - heap_off_) / chunk_; }
   uint64_t chunk_off(uint64_t c) const { return heap_off_ + c * chunk_; }
-  bool take_chunks(uint64_t n, uint64_t* first);          // DRAM, under chunk_mu_
-  bool back_chunks(uint64_t c, uint64_t n);               // not under chunk_mu_
-  bool take_backed_chunks(uint64_t n, uint64_t* first);   // not under chunk_mu_
-  void give_back_chunks(uint64_t c, uint64_t n);          // DRAM, under chunk_mu_
-  void free_empty_slab(uint64_t c);                       // under its class lock
-  void clear_bitmap(uint64_t c);                          // before the chunk becomes a slab
-  void format_chunks();                                   // recover(format=true)
-  static uint64_t block_bits(const Slab& s, uint64_t i);  // word i's bits of its blocks
-  void release_block(uint64_t off, bool published);       // cancel: published = false
+  bool take_chunks(uint64_t n, uint64_t* first);             // DRAM, under chunk_mu_
+  bool back_chunks(uint64_t c, uint64_t n);                  // not under chunk_mu_
+  bool take_backed_chunks(uint64_t n, uint64_t* first);      // not under chunk_mu_
+  void give_back_chunks(uint64_t c, uint64_t n);             // DRAM, under chunk_mu_
+  void free_empty_slab(uint64_t c);                          // under its class lock
+  void clear_bitmap(uint64_t c);                             // before the chunk becomes a slab
+  void format_chunks();                                      // recover(format=true)
+  static uint64_t block_bits(uint64_t nblocks, uint64_t i);  // word i's bits of blocks
+  void release_block(uint64_t off, bool published);          // cancel: published = false
   void replay_lanes();
   const uint64_t* lane(uint64_t l) const {
     return pool_.ptr<uint64_t>(lanes_off_ + l * kLaneBytes);
