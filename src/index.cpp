@@ -51,7 +51,7 @@ const char* code_name(Code c) {
 
 std::string Status::to_string() const {
   if (ok()) return "ok";
-  return std::string(code_name(code_)) + ": " + message_;
+  return std::string(code_name(code_)) + ": " + message();
 }
 
 const char* format_name(Format f) {

@@ -83,6 +83,23 @@ TEST_P(SchemeTest, EmptyIndex) {
   EXPECT_TRUE(idx->check().ok());
 }
 
+// A miss is built without its message (Status::KeyNotFound); the caller still reads it.
+TEST_P(SchemeTest, AnAbsentKeySaysKeyNotFound) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, options(), &idx).ok());
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok());
+  std::string v;
+  for (Status s :
+       {idx->get(key(1000), &v), idx->remove(key(1000)), idx->update(key(1000), value(1000, 1))}) {
+    EXPECT_EQ(s.code(), Code::kNotFound);
+    EXPECT_EQ(s.message(), "key not found");
+    EXPECT_EQ(s.to_string(), "not found: key not found");
+  }
+  Status given(Code::kNotFound, "pool file missing");
+  EXPECT_EQ(given.message(), "pool file missing");
+}
+
 TEST_P(SchemeTest, InsertUpsertUpdateRemoveSemantics) {
   TempPool p;
   std::unique_ptr<Index> idx;

@@ -109,7 +109,7 @@ Status Hdnh::get(std::string_view key, std::string* value) {
     if (resize_seq_.load(std::memory_order_acquire) != seq) continue;  // a resize moved records
     ts.neg_reads.fetch_add(1, std::memory_order_relaxed);
     ts.pm_slots_neg.fetch_add(pm_slots, std::memory_order_relaxed);
-    return {Code::kNotFound, "key not found"};
+    return Status::KeyNotFound();
   }
 }
 
@@ -169,7 +169,7 @@ Status Hdnh::put(std::string_view key, std::string_view value, PutMode mode) {
       }
       return Status::Ok();
     }
-    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+    if (mode == PutMode::kUpdate) return Status::KeyNotFound();
     Loc nl;
     if (!claim_free(*set, k, &nl)) {
       uint64_t seen = resize_seq_.load();
@@ -218,7 +218,7 @@ Status Hdnh::remove(std::string_view key) {
     bool retry = false;
     bool found = find(*set, k, key, &loc, &vw, &retry, &pm_slots);
     if (retry) continue;
-    if (!found) return {Code::kNotFound, "key not found"};
+    if (!found) return Status::KeyNotFound();
     if (!lock_slot(&loc)) continue;
     // Dropping the hot copies may overlap the PM write (background): a reader that misses
     // them waits for the locked slot. They are gone before the OCF shows the delete.

@@ -231,7 +231,7 @@ Status LineHT::get(std::string_view key, std::string* value) {
     }
   }
   count_lookup(ts, v, hm, reach, false);
-  return {Code::kNotFound, "key not found"};
+  return Status::KeyNotFound();
 }
 
 // A lookup read the filter words of buckets hm .. hm + last (wrapping at the shard's end):
@@ -264,7 +264,7 @@ Status LineHT::get_unfiltered(const Shard& v, const Hashed& k, std::string_view 
     bump(ts.pm_reads);
     if (read_bucket(v.b0[j], kValidMask, k, key, value) >= 0) return Status::Ok();
   }
-  return {Code::kNotFound, "key not found"};
+  return Status::KeyNotFound();
 }
 
 // Writers hold the shard's lock: PM and the filter agree, no validation needed.
@@ -377,7 +377,7 @@ Status LineHT::put(std::string_view key, std::string_view value, PutMode mode) {
         if (mode == PutMode::kInsert) return {Code::kAlreadyExists, "key already exists"};
         return update_at(v, k, at, key, value);
       }
-      if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+      if (mode == PutMode::kUpdate) return Status::KeyNotFound();
       at = free_slot(v, home(k.h, v.n));
       if (at.found()) return insert_at(v, k, at, key, value);
       if (spare.tried) {  // look again, all under the lock: the shard may have changed
@@ -442,7 +442,7 @@ Status LineHT::remove(std::string_view key) {
   Locked lock(locks_[k.shard]);
   Shard v = locked_view(k.shard);
   Place at = find_locked(v, k, key);
-  if (!at.found()) return {Code::kNotFound, "key not found"};
+  if (!at.found()) return Status::KeyNotFound();
   Bucket& b = v.b0[at.j];
   uint64_t m = b.load_meta(), nm = Bucket::next(m, Bucket::valid(m) & ~(1u << at.pos));
   pm::publish_persisted(pool_.persister(), &b.meta, nm, kUnpersisted);

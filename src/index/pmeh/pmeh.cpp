@@ -186,7 +186,7 @@ Status Pmeh::get(std::string_view key, std::string* value) {
       if (++spins % 64 == 0) std::this_thread::yield();
       continue;
     }
-    if (!found) return {Code::kNotFound, "key not found"};
+    if (!found) return Status::KeyNotFound();
     if (!items_.read_value(vw, value)) return {Code::kCorrupted, "pmeh: slot points to no item"};
     return Status::Ok();
   }
@@ -259,7 +259,7 @@ Status Pmeh::put(std::string_view key, std::string_view value, PutMode mode) {
     if (mode == PutMode::kUpdate) {
       unlock_buckets(s, b);
       exit(z, zm);
-      return {Code::kNotFound, "key not found"};
+      return Status::KeyNotFound();
     }
     common::Items::New item;
     st = items_.write(key, value, k.kw, &item);
@@ -337,7 +337,7 @@ Status Pmeh::remove(std::string_view key) {
     }
     unlock_buckets(s, b);
     exit(z, zm);
-    return found ? Status::Ok() : Status{Code::kNotFound, "key not found"};
+    return found ? Status::Ok() : Status::KeyNotFound();
   }
 }
 

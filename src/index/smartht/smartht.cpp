@@ -208,7 +208,7 @@ Status SmartHT::get(std::string_view key, std::string* value) {
     if (f != nullptr) {
       if (!f->may_contain(k.h)) {
         bump(ts.filter_negatives);
-        return {Code::kNotFound, "key not found"};
+        return Status::KeyNotFound();
       }
       screened = true;
     }
@@ -221,7 +221,7 @@ Status SmartHT::get(std::string_view key, std::string* value) {
   if (!find(k, key, &b, &i, &damaged)) {
     if (damaged) return damaged_chain(k.head);
     if (screened) bump(ts.filter_false_positives);
-    return {Code::kNotFound, "key not found"};
+    return Status::KeyNotFound();
   }
   if (!items_.read_value(b->slots[i].value, value))
     return {Code::kCorrupted, "smartht: slot points to no item"};
@@ -275,7 +275,7 @@ Status SmartHT::put(std::string_view key, std::string_view value, PutMode mode) 
       items_.swap_value(b->slots[i].value, item);
       return Status::Ok();
     }
-    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+    if (mode == PutMode::kUpdate) return Status::KeyNotFound();
     common::Items::New item;
     Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) return s;
@@ -325,7 +325,7 @@ Status SmartHT::remove(std::string_view key) {
   if (use_filter_) {
     pm::Epochs::Guard g(epochs_, threads_.id());
     BloomFilter* f = filter_.load(std::memory_order_acquire);
-    if (f != nullptr && !f->may_contain(k.h)) return {Code::kNotFound, "key not found"};
+    if (f != nullptr && !f->may_contain(k.h)) return Status::KeyNotFound();
   }
   Stripe& st = stripe_of(k.head);
   std::unique_lock<std::shared_mutex> lock(st.lock);
@@ -334,7 +334,7 @@ Status SmartHT::remove(std::string_view key) {
   Bucket* prev = nullptr;
   bool damaged = false;
   if (!find(k, key, &b, &i, &damaged, &prev))
-    return damaged ? damaged_chain(k.head) : Status{Code::kNotFound, "key not found"};
+    return damaged ? damaged_chain(k.head) : Status::KeyNotFound();
   uint64_t tokens = Bucket::with_token(b->tokens, i, false);
   if (prev != nullptr && tokens == 0) {
     reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);

@@ -229,14 +229,14 @@ Status TurboHash::get(std::string_view key, std::string* value) {
       if (Bucket::path_end(m1)) {
         bump(ts.neg_reads);
         bump(ts.neg_probes, d + 1);
-        return {Code::kNotFound, "key not found"};
+        return Status::KeyNotFound();
       }
       break;
     }
   }
   bump(ts.neg_reads);
   bump(ts.neg_probes, scope);
-  return {Code::kNotFound, "key not found"};
+  return Status::KeyNotFound();
 }
 
 // Algorithms 2 and 4: insert, update (near-place) and upsert, under the shard's WriteLock.
@@ -282,7 +282,7 @@ Status TurboHash::put(std::string_view key, std::string_view value, PutMode mode
       pos = Bucket::empty_slot(b->load_meta());  // the reserved slot: always there
       if (pos < 0) return {Code::kCorrupted, "turbohash: bucket lost its reserved slot"};
     } else {
-      if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+      if (mode == PutMode::kUpdate) return Status::KeyNotFound();
       if (del_b != nullptr) {  // the first deleted slot on the path (PickDeleteSlot)
         b = del_b;
         pos = std::countr_zero(Bucket::deleted(b->load_meta()) & Bucket::valid(b->load_meta()) &
@@ -359,7 +359,7 @@ Status TurboHash::remove(std::string_view key) {
     }
     if (Bucket::path_end(m)) break;
   }
-  return {Code::kNotFound, "key not found"};
+  return Status::KeyNotFound();
 }
 
 // Deleted slots of a shard (valid and deleted); counted by a scan of the metadata words the

@@ -171,7 +171,7 @@ Status Wophi::get(std::string_view key, std::string* value) {
   std::shared_lock<std::shared_mutex> lock(stripes_[k.index / root_->stripe].lock);
   Bucket* b;
   int i;
-  if (!find(k, key, &b, &i)) return {Code::kNotFound, "key not found"};
+  if (!find(k, key, &b, &i)) return Status::KeyNotFound();
   if (!items_.read_value(b->slots[i].value, value))
     return {Code::kCorrupted, "wophi: slot points to no item"};
   return Status::Ok();
@@ -197,7 +197,7 @@ Status Wophi::put(std::string_view key, std::string_view value, PutMode mode) {
       items_.swap_value(b->slots[i].value, item);
       return Status::Ok();
     }
-    if (mode == PutMode::kUpdate) return {Code::kNotFound, "key not found"};
+    if (mode == PutMode::kUpdate) return Status::KeyNotFound();
     common::Items::New item;  // variable: item and allocation bit flushed, fenced below
     Status s = items_.write(key, value, k.kw, &item);
     if (!s.ok()) return s;
@@ -249,7 +249,7 @@ Status Wophi::remove(std::string_view key) {
   Bucket* b;
   int i;
   Bucket* prev = nullptr;
-  if (!find(k, key, &b, &i, &prev)) return {Code::kNotFound, "key not found"};
+  if (!find(k, key, &b, &i, &prev)) return Status::KeyNotFound();
   uint64_t tokens = Bucket::with_token(b->tokens, i, false);
   if (prev != nullptr && tokens == 0) {
     reclaim(prev, b, items_.variable() ? b->slots[i].value : 0);
