@@ -47,7 +47,8 @@ class [[nodiscard]] Status {
  private:
   explicit Status(Code code) : code_(code) {}
   static const std::string& key_not_found() {
-    static const std::string m = "key not found";
+    // Never destroyed: a status may be read from another static object's destructor.
+    static const std::string& m = *new std::string("key not found");
     return m;
   }
   Code code_ = Code::kOk;

@@ -1,12 +1,6 @@
-// Key hashing: XXH3-64 (libxxhash's header). Schemes draw independent bit fields from one
-// hash. Inlined (XXH_INLINE_ALL: static functions under their own names, the library's
-// algorithm): through the shared library, the call and its length dispatch took 40
-// instructions per 8-byte key, hashed on every call.
+// Key hashing: XXH3-64 (libxxhash). Schemes draw independent bit fields from one hash.
 #pragma once
 
-#ifndef XXH_INLINE_ALL
-#define XXH_INLINE_ALL
-#endif
 #include <xxhash.h>
 
 #include <cstdint>

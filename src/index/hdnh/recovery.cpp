@@ -8,6 +8,12 @@
 
 #include "index/hdnh/detail.hpp"
 
+// XXH3 inlined here (XXH_INLINE_ALL: static functions under their own names) for the
+// traversal's hash of every record: the same function common::hash_word calls in libxxhash,
+// without a call through the PLT per record.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace pmhash::hdnh {
 
 using common::load_word;
@@ -202,7 +208,7 @@ int Hdnh::rebuild_bucket(const LevelSet& set, Level& l, uint64_t b, Window& w) {
     int s = std::countr_zero(bits);
     const uint64_t kw = bk.slots[s].key;
     // Items::slot_hash, inlined (h2 is not needed here).
-    const Hashed k{items_.variable() ? kw : common::hash_word(kw), 0, kw, 0};
+    const Hashed k{items_.variable() ? kw : XXH3_64bits_withSeed(&kw, 8, 0), 0, kw, 0};
     // No reader yet (open() returns the index after the rebuild): no change to count.
     l.ocf[b * kSlots + s].store(ocf::kValid | uint8_t(k.h1), std::memory_order_relaxed);
     if (w.found == nullptr) continue;
