@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "pmhash/index.hpp"
 
@@ -78,6 +79,23 @@ class Table {
     if (s.code() == Code::kNotFound) return def;
     if (!s.ok()) raise(s);
     return py::bytes(value);
+  }
+  // Many gets in one call (Index::get_many: their cache misses overlap): a list of the
+  // values, `default` for absent keys; any other failure raises, as get() does.
+  py::list get_many(const py::iterable& keys, py::object def) {
+    std::vector<std::string> ks;
+    for (py::handle k : keys) ks.push_back(as_bytes(k, "key"));
+    std::vector<std::string_view> views(ks.begin(), ks.end());
+    std::vector<std::string> values(ks.size());
+    std::vector<Status> statuses(ks.size());
+    Status s = call_status([&](Index& i) { return i.get_many(views, values, statuses); });
+    if (!s.ok()) raise(s);
+    for (const Status& st : statuses)
+      if (!st.ok() && st.code() != Code::kNotFound) raise(st);
+    py::list out;
+    for (size_t i = 0; i < ks.size(); ++i)
+      out.append(statuses[i].ok() ? py::object(py::bytes(values[i])) : def);
+    return out;
   }
   bool contains(const py::handle& k) {
     std::string key = as_bytes(k, "key"), value;
@@ -287,6 +305,8 @@ PYBIND11_MODULE(_pmhash, m) {
       .def("__contains__", &Table::contains)
       .def("__len__", &Table::len)
       .def("get", &Table::get, py::arg("key"), py::arg("default") = py::none())
+      .def("get_many", &Table::get_many, py::arg("keys"), py::arg("default") = py::none(),
+           "Values of many keys in one call (their lookups overlap); default for absent ones.")
       .def("insert", &Table::insert, "Adds a key; KeyExistsError if present.")
       .def("update", &Table::update, "Replaces a present key's value; NotFoundError if absent.")
       .def("stats", &Table::stats)

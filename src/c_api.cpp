@@ -2,6 +2,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pmhash/index.hpp"
 #include "pmhash/pmhash.h"
@@ -89,6 +90,37 @@ int pmhash_get(pmhash_index* t, const void* k, size_t kl, void* buf, size_t cap,
   if (len != nullptr) *len = v.size();
   if (buf != nullptr) std::memcpy(buf, v.data(), std::min(cap, v.size()));
   return 0;
+}
+
+int pmhash_get_many(pmhash_index* t, size_t n, const void* const* keys, const size_t* key_lens,
+                    void* const* bufs, const size_t* caps, size_t* lens, int* codes) {
+  if (lens != nullptr)
+    for (size_t i = 0; i < n; ++i) lens[i] = 0;
+  bool bad =
+      t == nullptr || (n > 0 && (keys == nullptr || key_lens == nullptr || codes == nullptr ||
+                                 (bufs == nullptr) != (caps == nullptr)));
+  for (size_t i = 0; !bad && bufs != nullptr && i < n; ++i)
+    bad = bufs[i] == nullptr && caps[i] != 0;
+  if (bad) {
+    for (size_t i = 0; codes != nullptr && i < n; ++i)
+      codes[i] = static_cast<int>(pmhash::Code::kInvalidArgument);
+    return invalid("an argument");
+  }
+  // A NULL key with a length becomes the empty key, which every pool refuses.
+  std::vector<std::string_view> views(n);
+  for (size_t i = 0; i < n; ++i)
+    views[i] = bad_bytes(keys[i], key_lens[i]) ? std::string_view() : bytes(keys[i], key_lens[i]);
+  std::vector<std::string> values(n);
+  std::vector<pmhash::Status> statuses(n);
+  pmhash::Status s = t->index->get_many(views, values, statuses);
+  for (size_t i = 0; i < n; ++i) {
+    codes[i] = static_cast<int>(statuses[i].code());
+    if (!statuses[i].ok()) continue;
+    if (lens != nullptr) lens[i] = values[i].size();
+    if (bufs != nullptr && caps[i] != 0)
+      std::memcpy(bufs[i], values[i].data(), std::min(caps[i], values[i].size()));
+  }
+  return static_cast<int>(s.code());
 }
 
 int pmhash_remove(pmhash_index* t, const void* k, size_t kl) {

@@ -536,6 +536,31 @@ Status Index::get(std::string_view key, std::string* value) const {
   return s.ok() ? impl_->scheme->get(key, value) : s;
 }
 
+// Prefetching kGetAhead keys ahead: far enough for the misses of the next lookups to
+// overlap the current one's, near enough that the lines are still cached when it comes to
+// them (docs/schemes/lineht.md "A batch lookup").
+static constexpr size_t kGetAhead = 8;
+
+Status Index::get_many(std::span<const std::string_view> keys, std::span<std::string> values,
+                       std::span<Status> statuses) const {
+  if (values.size() != keys.size() || statuses.size() != keys.size())
+    return {Code::kInvalidArgument, "get_many: keys, values and statuses differ in size"};
+  auto refused = [&] {
+    Status s = refused_status(*impl_);
+    std::fill(statuses.begin(), statuses.end(), s);
+    return s;
+  };
+  size_t n = keys.size();
+  for (size_t i = 0; i < std::min(n, kGetAhead); ++i) impl_->hint_key(keys[i]);
+  PMHASH_ENTER(refused());
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kGetAhead < n) impl_->hint_key(keys[i + kGetAhead]);
+    Status s = impl_->check_key(keys[i]);
+    statuses[i] = s.ok() ? impl_->scheme->get(keys[i], &values[i]) : s;
+  }
+  return Status::Ok();
+}
+
 Status Index::remove(std::string_view key) {
   impl_->hint_key(key);
   PMHASH_ENTER(refused_status(*impl_));

@@ -38,8 +38,8 @@ TEST(Bench, CountsAddUpForEveryWorkload) {
       c.ops = 2000;
       c.pool_size = 256u << 20;
       c.progress = false;
-      c.workloads = {"read",   "negread", "update", "insert", "mixed",
-                     "ycsb-a", "ycsb-b",  "ycsb-c", "ycsb-f", "delete"};
+      c.workloads = {"read",  "negread", "read-batch", "negread-batch", "update", "insert",
+                     "mixed", "ycsb-a",  "ycsb-b",     "ycsb-c",        "ycsb-f", "delete"};
       std::vector<bench::Row> rows;
       std::string err;
       ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
@@ -49,6 +49,10 @@ TEST(Bench, CountsAddUpForEveryWorkload) {
       EXPECT_EQ(w["read"].values["succeeded"], 2000);  // and all found
       EXPECT_EQ(w["negread"].values["succeeded"], 0);  // negative reads never succeed
       EXPECT_EQ(w["negread"].values["failed"], 2000);
+      EXPECT_EQ(w["read-batch"].values["succeeded"], 2000);  // Index::get_many, 16 at a time
+      EXPECT_EQ(w["negread-batch"].values["failed"], 2000);
+      EXPECT_EQ(w["read-batch"].values["batch"], 16);
+      EXPECT_FALSE(w["read-batch"].values.count("p50_ns")) << "a batch row has no latencies";
       EXPECT_EQ(w["delete"].values["succeeded"], 2000);
       for (auto& [name, r] : w)
         if (r.values.count("ops")) {
@@ -437,7 +441,8 @@ void expect_shapes(const std::string& what, const Shape& uni, const Shape& zipf,
 }
 
 TEST(BenchDist, ReadsUpdatesAndYcsbMixesDrawFromTheirDistribution) {
-  for (std::string w : {"read", "update", "mixed", "ycsb-a", "ycsb-b", "ycsb-c", "ycsb-f"}) {
+  for (std::string w :
+       {"read", "read-batch", "update", "mixed", "ycsb-a", "ycsb-b", "ycsb-c", "ycsb-f"}) {
     auto sh = [&](const std::string& d) {
       // Loaded ids only: mixed also inserts new keys ('i'), which are not drawn.
       return shape(draws(traced(d, {w}, kKeys, kOps), kKeys, "gu"), kKeys);
@@ -447,14 +452,16 @@ TEST(BenchDist, ReadsUpdatesAndYcsbMixesDrawFromTheirDistribution) {
 }
 
 TEST(BenchDist, NegativeReadsDrawTheDistributionOverAbsentKeys) {
-  std::map<std::string, Shape> s;
-  for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
-    auto ids = draws(traced(d, {"negread"}, kKeys, kOps), kKeys, "g");
-    ASSERT_EQ(ids.size(), kOps);
-    for (uint64_t id : ids) ASSERT_GE(id, kKeys) << d;  // never a loaded key
-    s[d] = shape(ids, kKeys);                           // the absent space is as large
+  for (std::string w : {"negread", "negread-batch"}) {
+    std::map<std::string, Shape> s;
+    for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
+      auto ids = draws(traced(d, {w}, kKeys, kOps), kKeys, "g");
+      ASSERT_EQ(ids.size(), kOps) << w;  // (kOps is a multiple of the threads' batches)
+      for (uint64_t id : ids) ASSERT_GE(id, kKeys) << d;  // never a loaded key
+      s[d] = shape(ids, kKeys);                           // the absent space is as large
+    }
+    expect_shapes(w, s["uniform"], s["zipfian:0.99"], s["selfsimilar:0.2"]);
   }
-  expect_shapes("negread", s["uniform"], s["zipfian:0.99"], s["selfsimilar:0.2"]);
 }
 
 // Load and delete touch every key once; the distribution is their order: the ids a read of

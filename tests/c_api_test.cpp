@@ -70,5 +70,58 @@ TEST(CApi, RoundTripAndErrors) {
   }
 }
 
+// pmhash_get_many: each key's code, length and bytes as pmhash_get gives them; argument
+// errors refuse the whole call (and say so in every code); a closed index too.
+TEST(CApi, GetManyAnswersEachKeyAsGetDoes) {
+  TempPool p;
+  pmhash_options o{};
+  o.scheme = "lineht";
+  o.variable_format = 1;
+  o.mode = 2;  // emulated
+  o.create = 1;
+  o.pool_size = 64u << 20;
+  pmhash_index* t = nullptr;
+  char err[256];
+  ASSERT_EQ(pmhash_open(p.path.c_str(), &o, &t, err, sizeof err), 0) << err;
+  ASSERT_EQ(pmhash_insert(t, "a", 1, "alpha", 5), PMHASH_OK);
+  ASSERT_EQ(pmhash_insert(t, "b", 1, "be", 2), PMHASH_OK);
+  const void* keys[] = {"a", "x", "b", nullptr, ""};
+  size_t key_lens[] = {1, 1, 1, 3, 0};
+  char b0[3], b1[8], b2[8], b3[8], b4[8];
+  void* bufs[] = {b0, b1, b2, b3, b4};
+  size_t caps[] = {sizeof b0, sizeof b1, sizeof b2, sizeof b3, sizeof b4};
+  size_t lens[5];
+  int codes[5];
+  ASSERT_EQ(pmhash_get_many(t, 5, keys, key_lens, bufs, caps, lens, codes), PMHASH_OK);
+  int want[] = {PMHASH_OK, PMHASH_NOT_FOUND, PMHASH_OK, PMHASH_INVALID_ARGUMENT,
+                PMHASH_INVALID_ARGUMENT};
+  size_t want_lens[] = {5, 0, 2, 0, 0};
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(codes[i], want[i]) << i;
+    EXPECT_EQ(lens[i], want_lens[i]) << i;
+  }
+  EXPECT_EQ(std::memcmp(b0, "alp", 3), 0);  // cut at its cap; lens[0] says 5
+  EXPECT_EQ(std::memcmp(b2, "be", 2), 0);
+  // Lengths only.
+  ASSERT_EQ(pmhash_get_many(t, 5, keys, key_lens, nullptr, nullptr, lens, codes), PMHASH_OK);
+  EXPECT_EQ(lens[0], 5u);
+  // Bad arguments refuse the whole call.
+  EXPECT_EQ(pmhash_get_many(t, 5, keys, key_lens, bufs, nullptr, lens, codes),
+            PMHASH_INVALID_ARGUMENT);
+  for (int c : codes) EXPECT_EQ(c, PMHASH_INVALID_ARGUMENT);
+  void* null_buf[] = {b0, nullptr, b2, b3, b4};
+  EXPECT_EQ(pmhash_get_many(t, 5, keys, key_lens, null_buf, caps, lens, codes),
+            PMHASH_INVALID_ARGUMENT);
+  EXPECT_EQ(pmhash_get_many(nullptr, 5, keys, key_lens, bufs, caps, lens, codes),
+            PMHASH_INVALID_ARGUMENT);
+  EXPECT_EQ(pmhash_get_many(t, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), PMHASH_OK);
+  // After shutdown every key says closed.
+  ASSERT_EQ(pmhash_shutdown(t), 0);
+  EXPECT_EQ(pmhash_get_many(t, 5, keys, key_lens, bufs, caps, lens, codes), PMHASH_CLOSED);
+  for (int c : codes) EXPECT_EQ(c, PMHASH_CLOSED);
+  for (size_t l : lens) EXPECT_EQ(l, 0u);
+  EXPECT_EQ(pmhash_close(t), 0);
+}
+
 }  // namespace
 }  // namespace pmhash::testing

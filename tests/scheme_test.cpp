@@ -100,6 +100,51 @@ TEST_P(SchemeTest, AnAbsentKeySaysKeyNotFound) {
   EXPECT_EQ(given.message(), "pool file missing");
 }
 
+// get_many answers every key as get does — present, removed, never inserted and refused
+// (a wrong-size key) — in batches around the prefetch distance, across resizes.
+TEST_P(SchemeTest, GetManyAnswersEveryKeyAsGetDoes) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, options(), &idx).ok());
+  for (int i = 0; i < 600; ++i) ASSERT_TRUE(idx->insert(key(i), value(i, 1)).ok());
+  for (int i = 0; i < 600; i += 3) ASSERT_TRUE(idx->remove(key(i)).ok());
+  const std::string bad = fixed() ? "short" : "";  // a key of a size the pool refuses
+  std::mt19937_64 rng(5);
+  for (size_t n : {0, 1, 7, 8, 9, 17, 1000}) {
+    std::vector<std::string> ks(n);
+    for (std::string& k : ks) k = rng() % 50 == 0 ? bad : key(rng() % 900);
+    std::vector<std::string_view> views(ks.begin(), ks.end());
+    std::vector<std::string> values(n, "stale");
+    std::vector<Status> statuses(n, Status(Code::kIoError, "untouched"));
+    ASSERT_TRUE(idx->get_many(views, values, statuses).ok());
+    for (size_t i = 0; i < n; ++i) {
+      std::string v;
+      Status want = idx->get(ks[i], &v);
+      ASSERT_EQ(statuses[i].code(), want.code()) << "batch " << n << " key " << i;
+      if (want.ok()) {
+        ASSERT_EQ(values[i], v) << "batch " << n << " key " << i;
+      }
+    }
+  }
+}
+
+TEST_P(SchemeTest, GetManyRefusesSpansOfOtherSizesAndAClosedIndex) {
+  TempPool p;
+  std::unique_ptr<Index> idx;
+  ASSERT_TRUE(Index::open(p.path, options(), &idx).ok());
+  ASSERT_TRUE(idx->insert(key(1), value(1, 1)).ok());
+  std::string k1 = key(1);
+  std::vector<std::string_view> views(3, k1);
+  std::vector<std::string> values(3);
+  std::vector<Status> statuses(2, Status(Code::kIoError, "untouched"));
+  EXPECT_EQ(idx->get_many(views, values, statuses).code(), Code::kInvalidArgument);
+  for (const Status& s : statuses) EXPECT_EQ(s.code(), Code::kIoError) << "touched";
+  statuses.resize(3);
+  ASSERT_TRUE(idx->close().ok());
+  EXPECT_EQ(idx->get_many(views, values, statuses).code(), Code::kClosed);
+  for (const Status& s : statuses) EXPECT_EQ(s.code(), Code::kClosed);
+}
+
 TEST_P(SchemeTest, InsertUpsertUpdateRemoveSemantics) {
   TempPool p;
   std::unique_ptr<Index> idx;

@@ -226,66 +226,84 @@ TEST_P(StressTest, OversubscribedHistoryCheck) {
   };
 
   // A reader: random keys of every owner, each result checked against the key's history.
-  auto reader = [&](int r) {
-    std::mt19937_64 rng(2000 + r);
-    std::string got;
-    while (!done.load()) {
-      uint64_t k = rng() % nkeys;
-      KeyState& st = ks[k];
-      std::string kk = key(k);
-      uint64_t acked = st.acked.load();
-      uint32_t seen = st.seen.load();
-      // The floor: the last acknowledged op, or a later version a completed read saw.
-      uint32_t floor = static_cast<uint32_t>(acked >> 1);
-      bool floor_present = acked & 1;
-      if (seen > floor) floor = seen, floor_present = true;
-      uint32_t absent = st.absent_seen.load();
-      Status s = idx->get(kk, &got);
-      uint32_t started = st.started.load();
-      uint32_t del_started = st.del_started.load();
-      reads++;
-      std::string where =
-          "key " + std::to_string(k) + " (owner " + std::to_string(k / per_owner) + "): ";
-      if (s.code() == Code::kNotFound) {
-        if (floor_present && del_started <= floor)
-          fail(where + "not found, but seq " + std::to_string(floor) +
-               " was acknowledged or seen before the read and no delete started since");
-        // Absent past the floor: the read saw a delete after seq `floor` take effect; no
-        // later read may return seq `floor` (or older) again.
-        if (floor_present) {
-          uint32_t cur = st.absent_seen.load();
-          while (cur < floor + 1 && !st.absent_seen.compare_exchange_weak(cur, floor + 1)) {
-          }
+  // Reader 0 looks its keys up kBatch at a time through get_many (prefetching ahead), the
+  // others one get at a time; the floor of every key of a batch is read before the call.
+  struct Before {
+    uint32_t floor, absent;
+    bool floor_present;
+  };
+  auto check_read = [&](uint64_t k, const std::string& kk, Before b, const Status& s,
+                        const std::string& got) {
+    uint32_t started = ks[k].started.load();
+    uint32_t del_started = ks[k].del_started.load();
+    KeyState& st = ks[k];
+    reads++;
+    std::string where =
+        "key " + std::to_string(k) + " (owner " + std::to_string(k / per_owner) + "): ";
+    if (s.code() == Code::kNotFound) {
+      if (b.floor_present && del_started <= b.floor)
+        fail(where + "not found, but seq " + std::to_string(b.floor) +
+             " was acknowledged or seen before the read and no delete started since");
+      // Absent past the floor: the read saw a delete after seq `floor` take effect; no
+      // later read may return seq `floor` (or older) again.
+      if (b.floor_present) {
+        uint32_t cur = st.absent_seen.load();
+        while (cur < b.floor + 1 && !st.absent_seen.compare_exchange_weak(cur, b.floor + 1)) {
         }
-        continue;
       }
-      if (!s.ok()) {
-        fail(where + "get returned " + s.to_string());
-        continue;
+      return;
+    }
+    if (!s.ok()) return fail(where + "get returned " + s.to_string());
+    hits++;
+    if (!value_ok(kk, got, fixed())) return fail(where + "torn or foreign value");
+    uint32_t ver = 0;
+    if (fixed())
+      std::memcpy(&ver, got.data(), 4);
+    else
+      ver = static_cast<uint32_t>(std::strtoul(got.c_str() + 1, nullptr, 10));
+    uint32_t who = ver >> kSeqBits, seq = ver & ((1u << kSeqBits) - 1);
+    if (who != k / per_owner) fail(where + "value written by another thread");
+    if (seq > started) fail(where + "value of a write not yet started");
+    if (seq < b.absent)
+      fail(where + "seq " + std::to_string(seq) + " came back after a read saw its delete " +
+           std::to_string(b.absent));
+    if (seq < b.floor)
+      fail(where + "stale: seq " + std::to_string(seq) + " < " + std::to_string(b.floor) +
+           " acknowledged or seen before the read began");
+    uint32_t cur = st.seen.load();
+    while (cur < seq && !st.seen.compare_exchange_weak(cur, seq)) {
+    }
+  };
+  auto reader = [&](int r) {
+    constexpr size_t kBatch = 12;
+    const size_t n = r == 0 ? kBatch : 1;
+    std::mt19937_64 rng(2000 + r);
+    std::vector<uint64_t> keys(n);
+    std::vector<std::string> kks(n), got(n);
+    std::vector<std::string_view> views(n);
+    std::vector<Status> statuses(n);
+    std::vector<Before> before(n);
+    while (!done.load()) {
+      for (size_t j = 0; j < n; ++j) {
+        keys[j] = rng() % nkeys;
+        kks[j] = key(keys[j]);
+        views[j] = kks[j];
+        KeyState& st = ks[keys[j]];
+        uint64_t acked = st.acked.load();
+        uint32_t seen = st.seen.load();
+        // The floor: the last acknowledged op, or a later version a completed read saw.
+        before[j] = {static_cast<uint32_t>(acked >> 1), 0, (acked & 1) != 0};
+        if (seen > before[j].floor) before[j].floor = seen, before[j].floor_present = true;
+        before[j].absent = st.absent_seen.load();
       }
-      hits++;
-      if (!value_ok(kk, got, fixed())) {
-        fail(where + "torn or foreign value");
-        continue;
+      if (n == 1) {
+        statuses[0] = idx->get(views[0], &got[0]);
+      } else {
+        Status s = idx->get_many(views, got, statuses);
+        if (!s.ok()) fail("get_many returned " + s.to_string());
       }
-      uint32_t ver = 0;
-      if (fixed())
-        std::memcpy(&ver, got.data(), 4);
-      else
-        ver = static_cast<uint32_t>(std::strtoul(got.c_str() + 1, nullptr, 10));
-      uint32_t who = ver >> kSeqBits, seq = ver & ((1u << kSeqBits) - 1);
-      if (who != k / per_owner) fail(where + "value written by another thread");
-      if (seq > started) fail(where + "value of a write not yet started");
-      if (seq < absent)
-        fail(where + "seq " + std::to_string(seq) + " came back after a read saw its delete " +
-             std::to_string(absent));
-      if (seq < floor)
-        fail(where + "stale: seq " + std::to_string(seq) + " < " + std::to_string(floor) +
-             " acknowledged or seen before the read began");
-      uint32_t cur = st.seen.load();
-      while (cur < seq && !st.seen.compare_exchange_weak(cur, seq)) {
-      }
-      if (reads % 4 == 0) std::this_thread::yield();  // oversubscribed: let the owners run
+      for (size_t j = 0; j < n; ++j) check_read(keys[j], kks[j], before[j], statuses[j], got[j]);
+      if (reads % 4 < n) std::this_thread::yield();  // oversubscribed: let the owners run
     }
   };
 

@@ -6,6 +6,7 @@
 //   s = t->insert("k", "v");          // kAlreadyExists if present
 //   s = t->upsert("k", "v2");         // insert or replace
 //   std::string v;  s = t->get("k", &v);
+//   t->get_many(keys, values, statuses);  // many gets, their misses overlapped
 //   s = t->remove("k");
 //   s = t->close();                   // clean shutdown: next open takes the fast path
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +73,14 @@ class Index {
   Status update(std::string_view key, std::string_view value);  // kNotFound if absent
   Status get(std::string_view key, std::string* value) const;   // kNotFound if absent
   Status remove(std::string_view key);                          // kNotFound if absent
+  // Many lookups in one call: statuses[i] and values[i] as get(keys[i], &values[i]) would
+  // give them, each lookup linearizable on its own (the batch is no snapshot). A key's lines
+  // are prefetched a few keys ahead (Scheme::prefetch_key), so the lookups' cache misses
+  // overlap. Returns kInvalidArgument (and touches nothing) if the spans' sizes differ; a
+  // refused call (a closed index, too many threads) returns that status, also in every
+  // statuses[i].
+  Status get_many(std::span<const std::string_view> keys, std::span<std::string> values,
+                  std::span<Status> statuses) const;
   uint64_t size() const;
   Stats stats() const;
 

@@ -45,6 +45,16 @@ int pmhash_update(pmhash_index* t, const void* key, size_t key_len, const void* 
  * call fails: a missing key, ...). */
 int pmhash_get(pmhash_index* t, const void* key, size_t key_len, void* buf, size_t cap,
                size_t* len);
+/* Many lookups in one call (Index::get_many: their cache misses overlap). For each i < n:
+ * key i is keys[i] of key_lens[i] bytes; up to caps[i] bytes of its value go to bufs[i];
+ * lens[i] receives the value's full length (0 when the lookup fails) and codes[i] what
+ * pmhash_get would return for that key (a NULL keys[i] with a non-zero length:
+ * PMHASH_INVALID_ARGUMENT for that key). bufs and caps may both be NULL (lengths only), lens
+ * may be NULL. Returns 0, or the code that refused the whole call, then also in every
+ * codes[i] (PMHASH_CLOSED; PMHASH_INVALID_ARGUMENT for a NULL t, keys, key_lens or codes with
+ * n > 0, or only one of bufs and caps NULL, or a NULL bufs[i] with a non-zero caps[i]). */
+int pmhash_get_many(pmhash_index* t, size_t n, const void* const* keys, const size_t* key_lens,
+                    void* const* bufs, const size_t* caps, size_t* lens, int* codes);
 int pmhash_remove(pmhash_index* t, const void* key, size_t key_len);
 uint64_t pmhash_size(const pmhash_index* t);
 /* Routing keys to threads (Index::partitions/owner/partition in index.hpp): the number of

@@ -62,6 +62,24 @@ def test_mapping_protocol_and_reopen(pool_path, scheme, fmt):
         assert not t.stats()["recovered_from_crash"]
 
 
+@pytest.mark.parametrize("scheme", ["lineht", "turbohash"])
+def test_get_many_answers_as_get_does(pool_path, scheme):
+    with pmhash.open(pool_path, scheme=scheme, format="variable", pool_size=SMALL) as t:
+        for i in range(100):
+            t[key(i, "variable")] = value(i, "variable")
+        keys = [key(i, "variable") for i in range(0, 200, 7)] + ["key-3", bytearray(b"key-4")]
+        assert t.get_many(keys) == [t.get(k) for k in keys]
+        assert t.get_many(keys)[-2:] == [value(3, "variable"), value(4, "variable")]
+        assert t.get_many(keys, b"-")[-3] == b"-"  # key-196: absent
+        assert t.get_many([]) == []
+        with pytest.raises(pmhash.InvalidArgumentError):
+            t.get_many([key(1, "variable"), b""])  # an empty key, as get(b"") raises
+        with pytest.raises(TypeError):
+            t.get_many([key(1, "variable"), 42])
+    with pytest.raises(pmhash.ClosedError):
+        t.get_many([key(1, "variable")])
+
+
 def test_keys_and_values_accept_str_bytearray_memoryview(pool_path):
     with pmhash.open(pool_path, format="variable", pool_size=SMALL) as t:
         t["ключ"] = "значение"

@@ -52,6 +52,8 @@ const char* kUsage = R"(usage: pmhash-bench [options]
   --threads 1,2         thread counts       --keys N (loaded)     --ops N (per workload)
   --workloads w,...     insert read negread update delete mixed ycsb-a ycsb-b ycsb-c
                         ycsb-d ycsb-f lfsweep   (YCSB-E is scans: hash indexes do not serve it)
+                        read-batch negread-batch: read / negread through Index::get_many,
+                        --batch N keys per call (default 16)
                         churn: the loaded keys under 10 x --keys random inserts of new keys and
                         deletes of live keys (live set steady); PM/DRAM bytes per key, LF in
                         rows churn-0 (after the load) .. churn-10
@@ -692,6 +694,8 @@ int pmhash::bench::bench_main(int argc, char** argv) {
       base.routed = RunConfig::Routing::kHelp;
     else if (a == "--sweep-deletes")
       base.sweep_deletes = true;
+    else if (a == "--batch")
+      base.batch = static_cast<uint32_t>(number(1, 4096));
     else if (a == "--limit")
       base.limit = true;
     else if (a == "--no-pin")

@@ -38,6 +38,12 @@ class Target {
   virtual Code update(const std::string& k, const std::string& v) = 0;
   virtual Code get(const std::string& k, std::string* v) = 0;
   virtual Code remove(const std::string& k) = 0;
+  // A batch of lookups (the read-batch rows); a target without a batch call looks the keys
+  // up one by one.
+  virtual void get_many(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                        std::vector<Code>* codes) {
+    for (size_t i = 0; i < keys.size(); ++i) (*codes)[i] = get(keys[i], &(*values)[i]);
+  }
 };
 
 class IndexTarget : public Target {
@@ -51,6 +57,15 @@ class IndexTarget : public Target {
   }
   Code get(const std::string& k, std::string* v) override { return i_->get(k, v).code(); }
   Code remove(const std::string& k) override { return i_->remove(k).code(); }
+  void get_many(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                std::vector<Code>* codes) override {
+    thread_local std::vector<std::string_view> views;
+    thread_local std::vector<Status> statuses;
+    views.assign(keys.begin(), keys.end());
+    statuses.resize(keys.size());
+    (void)i_->get_many(views, *values, statuses);  // a refusal is in every status too
+    for (size_t i = 0; i < keys.size(); ++i) (*codes)[i] = statuses[i].code();
+  }
 
  private:
   Index* i_;
@@ -161,6 +176,11 @@ class TraceTarget : public Target {
   Code remove(const std::string& k) override {
     f_('r', k);
     return t_->remove(k);
+  }
+  void get_many(const std::vector<std::string>& keys, std::vector<std::string>* values,
+                std::vector<Code>* codes) override {
+    for (const std::string& k : keys) f_('g', k);
+    t_->get_many(keys, values, codes);
   }
 
  private:
@@ -495,6 +515,39 @@ bool Runner::run_workload(const std::string& w) {
           return read(r ? i : kAbsent + ch.next(N), k, o);  // the distribution over absent ids
         },
         false, true);
+  } else if (w == "read-batch" || w == "negread-batch") {
+    // Index::get_many over batches of c_.batch keys, each key drawn as in read / negread;
+    // an op hands out one key's result. A thread's last batch may look up up to batch - 1
+    // keys no op counts. Latencies would be of calls, not lookups: the row has none.
+    bool neg = w == "negread-batch";
+    struct Batch {
+      std::vector<std::string> keys, values;
+      std::vector<Code> codes;
+      size_t next = 0;
+    };
+    std::vector<Batch> batches(c_.threads);
+    for (Batch& b : batches) {
+      b.keys.resize(c_.batch);
+      b.values.resize(c_.batch);
+      b.codes.resize(c_.batch);
+      b.next = c_.batch;
+    }
+    phase(
+        w, c_.ops,
+        [&, neg](int t, uint64_t, auto&, KeyChooser& ch, std::string&, std::string&, std::string&) {
+          Batch& b = batches[t];
+          if (b.next == b.keys.size()) {
+            for (std::string& k : b.keys) ks.key((neg ? kAbsent : 0) + ch.next(N), &k);
+            tg.get_many(b.keys, &b.values, &b.codes);
+            b.next = 0;
+          }
+          return b.codes[b.next++] == Code::kOk;
+        },
+        !neg, neg);
+    for (const char* p : {"p50_ns", "p90_ns", "p99_ns", "p999_ns", "p9999_ns"})
+      rows_->back().values.erase(p);
+    rows_->back().values["latency_samples"] = 0;
+    rows_->back().values["batch"] = double(c_.batch);
   } else if (w == "update") {
     draw_routes(0);
     phase(

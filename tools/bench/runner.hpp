@@ -28,8 +28,11 @@ struct RunConfig {
   DistSpec dist;
   bool sequential_keys = false;  // key = id (else a bijective scramble of it)
   // load is implicit; then any of: insert read negread update delete mixed ycsb-a ycsb-b
-  // ycsb-c ycsb-d ycsb-f; and lfsweep (load factor / probe distance over inserts).
+  // ycsb-c ycsb-d ycsb-f read-batch negread-batch; and lfsweep (load factor / probe distance over
+  // inserts).
   std::vector<std::string> workloads = {"read"};
+  // read-batch, negread-batch: keys per Index::get_many call.
+  uint32_t batch = 16;
   Mode mode = Mode::kAuto;
   std::string pool_dir = "/dev/shm";
   uint64_t pool_size = 0;  // 0: sized from keys
