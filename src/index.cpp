@@ -569,9 +569,20 @@ Status Index::remove(std::string_view key) {
   return s.ok() ? impl_->write([&] { return impl_->scheme->remove(key); }) : s;
 }
 
+// size() and for_each() report only what a crash keeps: the schemes' walks flush the
+// commit words they read (pm::load_flushed: LineHT and TurboHash those of writes in flight,
+// HDNH and PMEH all; SmartHT and WOPHI read under the writers' locks), and the answer waits
+// for one fence if the walk flushed anything.
+static void fence_if_flushed_since(const pm::Pool& pool, uint64_t flushes) {
+  if (pm::tls_counters.flushes != flushes) pool.persister().fence();
+}
+
 uint64_t Index::size() const {
   PMHASH_ENTER(0);
-  return impl_->scheme->size();
+  uint64_t f0 = pm::tls_counters.flushes;
+  uint64_t n = impl_->scheme->size();
+  fence_if_flushed_since(*impl_->pool, f0);
+  return n;
 }
 
 // Pure functions of the open's configuration (the scheme object lives until ~Index): no
@@ -597,7 +608,9 @@ Stats Index::stats() const {
   st.mode = impl_->pool->mode();
   st.recovered_from_crash = impl_->recovered;
   st.open_ms = impl_->open_ms;
+  uint64_t f0 = pm::tls_counters.flushes;
   st.size = impl_->scheme->size();
+  fence_if_flushed_since(*impl_->pool, f0);  // as Index::size
   st.capacity_slots = impl_->scheme->capacity_slots();
   st.load_factor = st.capacity_slots ? double(st.size) / double(st.capacity_slots) : 0.0;
   st.dram_bytes = impl_->scheme->dram_bytes();
@@ -639,7 +652,10 @@ void Index::for_each(void (*fn)(void*, std::string_view, std::string_view), void
     std::string k = items.slot_key_bytes(s);
     if (items.read_value(s.value, &v)) piece.emplace_back(std::move(k), v);
   };
+  uint64_t f0 = pm::tls_counters.flushes;
   auto call_back = [&] {
+    fence_if_flushed_since(*impl_->pool, f0);  // as Index::size
+    f0 = pm::tls_counters.flushes;
     for (auto& [k, val] : piece) fn(ctx, k, val);
     piece.clear();
   };

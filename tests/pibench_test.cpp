@@ -3,10 +3,12 @@
 #ifdef PMHASH_PIBENCH_SO
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "../tools/pibench/tree_api.hpp"
 #include "test_util.hpp"
@@ -61,6 +63,18 @@ TEST(PiBench, PluginRunsAMultiThreadedWorkload) {
   opt.pool_path = p.path;
   EXPECT_EQ(create(opt), nullptr);
   unsetenv("PMHASH_SCHEME");
+  // A typo in any setting is refused (it was read as the default), and no pool is made.
+  for (auto [name, value] : {std::pair{"PMHASH_MODE", "dax"},
+                             {"PMHASH_FORMAT", "FIXED"},
+                             {"PMHASH_PARAMS", "shards"},
+                             {"PMHASH_PARAMS", "=4"},
+                             {"PMHASH_CAPACITY", "1e8"},
+                             {"PMHASH_CAPACITY", "-5"}}) {
+    setenv(name, value, 1);
+    EXPECT_EQ(create(opt), nullptr) << name << "=" << value;
+    EXPECT_NE(access(p.path.c_str(), F_OK), 0) << name << "=" << value << " made a pool";
+    unsetenv(name);
+  }
   dlclose(lib);
 }
 

@@ -38,4 +38,23 @@ inline uint64_t load_persisted(const Persister& p, const uint64_t* word, uint64_
   return v & ~mark;
 }
 
+// For a walk that reports many words (for_each, size): the word with the mark cleared, its
+// line flushed if a writer had not persisted it yet — no fence: the walk's caller fences
+// once before it reports what the walk read (Index::for_each per piece, Index::size).
+inline uint64_t load_flushed(const Persister& p, const uint64_t* word, uint64_t mark) {
+  uint64_t v =
+      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*word)).load(std::memory_order_acquire);
+  if (v & mark) p.flush(word, sizeof *word);
+  return v & ~mark;
+}
+
+// The same for a commit word without a mark (HDNH's bucket bitmaps, PMEH's bucket words):
+// a reader cannot tell a write in flight, so the line is always flushed.
+inline uint64_t load_flushed(const Persister& p, const uint64_t* word) {
+  uint64_t v =
+      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*word)).load(std::memory_order_acquire);
+  p.flush(word, sizeof *word);
+  return v;
+}
+
 }  // namespace pmhash::pm

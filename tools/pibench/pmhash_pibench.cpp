@@ -6,6 +6,8 @@
 //   PMHASH_PARAMS   scheme parameters, "k=v,k=v"
 //   PMHASH_CAPACITY expected number of keys (capacity hint)
 // The pool comes from tree_options_t::pool_path / pool_size (defaults: /dev/shm, 4 GiB).
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,24 +52,48 @@ class PmhashTree final : public tree_api {
 
 }  // namespace
 
+// The environment's settings, each checked: a typo is refused with a message (create_tree
+// returns null), never read as a default.
+static std::string parse_env(pmhash::Options* o, const tree_options_t& opt) {
+  o->scheme = env("PMHASH_SCHEME", "turbohash");
+  std::string mode = env("PMHASH_MODE", "auto");
+  const std::pair<const char*, pmhash::Mode> modes[] = {{"auto", pmhash::Mode::kAuto},
+                                                        {"pm", pmhash::Mode::kPm},
+                                                        {"emulated", pmhash::Mode::kEmulated},
+                                                        {"msync", pmhash::Mode::kMsync},
+                                                        {"none", pmhash::Mode::kNone}};
+  auto m = std::find_if(std::begin(modes), std::end(modes),
+                        [&](const auto& e) { return mode == e.first; });
+  if (m == std::end(modes))
+    return "PMHASH_MODE='" + mode + "' is not one of auto, pm, emulated, msync, none";
+  o->mode = m->second;
+  bool fixed = opt.key_size == 8 && opt.value_size == 8;
+  std::string format = env("PMHASH_FORMAT", fixed ? "fixed" : "variable");
+  if (format != "fixed" && format != "variable")
+    return "PMHASH_FORMAT='" + format + "' is not fixed or variable";
+  o->format = format == "fixed" ? pmhash::Format::kFixed : pmhash::Format::kVariable;
+  std::stringstream params(env("PMHASH_PARAMS", ""));
+  for (std::string kv; std::getline(params, kv, ',');) {
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) return "PMHASH_PARAMS: '" + kv + "' is not name=value";
+    o->params[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  std::string cap = env("PMHASH_CAPACITY", "0");
+  char* end = nullptr;
+  errno = 0;
+  o->capacity_hint = std::strtoull(cap.c_str(), &end, 10);
+  if (cap.empty() || *end != '\0' || errno != 0 || cap[0] == '-')
+    return "PMHASH_CAPACITY='" + cap + "' is not a number of keys";
+  return "";
+}
+
 extern "C" tree_api* create_tree(const tree_options_t& opt) {
   pmhash::Options o;
-  o.scheme = env("PMHASH_SCHEME", "turbohash");
-  std::string mode = env("PMHASH_MODE", "auto");
-  o.mode = mode == "pm"         ? pmhash::Mode::kPm
-           : mode == "emulated" ? pmhash::Mode::kEmulated
-           : mode == "msync"    ? pmhash::Mode::kMsync
-           : mode == "none"     ? pmhash::Mode::kNone
-                                : pmhash::Mode::kAuto;
-  bool fixed = opt.key_size == 8 && opt.value_size == 8;
-  o.format = env("PMHASH_FORMAT", fixed ? "fixed" : "variable") == "fixed"
-                 ? pmhash::Format::kFixed
-                 : pmhash::Format::kVariable;
-  std::stringstream params(env("PMHASH_PARAMS", ""));
-  for (std::string kv; std::getline(params, kv, ',');)
-    if (kv.find('=') != std::string::npos)
-      o.params[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
-  o.capacity_hint = std::strtoull(env("PMHASH_CAPACITY", "0").c_str(), nullptr, 10);
+  std::string bad = parse_env(&o, opt);
+  if (!bad.empty()) {
+    std::fprintf(stderr, "pmhash: %s\n", bad.c_str());
+    return nullptr;
+  }
   o.pool_size = opt.pool_size ? opt.pool_size : (uint64_t{4} << 30);
   std::string path = opt.pool_path.empty() ? "/dev/shm/pmhash-pibench.pool" : opt.pool_path;
   std::unique_ptr<pmhash::Index> idx;

@@ -560,7 +560,7 @@ uint64_t LineHT::size() const {
     uint64_t packed = current(s);
     const Bucket* b0 = buckets(packed);
     for (uint64_t i = 0; i < packed_count(packed); ++i)
-      total += std::popcount(Bucket::valid(b0[i].load_meta()));
+      total += std::popcount(Bucket::valid(reported_meta(b0[i])));
   }
   return total;
 }
@@ -697,8 +697,15 @@ void LineHT::walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
                           const std::function<void(const Slot&)>& fn) const {
   const Bucket* b0 = buckets(packed);
   for (uint64_t i = first; i < end; ++i)
-    for (uint32_t mask = Bucket::valid(b0[i].load_meta()); mask; mask &= mask - 1)
+    for (uint32_t mask = Bucket::valid(reported_meta(b0[i])); mask; mask &= mask - 1)
       fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
+}
+
+// A bucket's commit word as size() and for_each report it: a write still in flight is
+// flushed (Index::size and Index::for_each fence before they answer), so they report only
+// what a crash keeps (pm/publish.hpp), as get() does.
+uint64_t LineHT::reported_meta(const Bucket& b) const {
+  return pm::load_flushed(pool_.persister(), &b.meta, kUnpersisted);
 }
 
 void LineHT::for_each(const std::function<void(const Slot&)>& fn) const {

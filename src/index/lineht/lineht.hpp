@@ -82,6 +82,7 @@ class LineHT final : public Scheme {
                           const std::function<void()>& piece_done) const override;
 
  private:
+  uint64_t reported_meta(const Bucket& b) const;
   void walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
                     const std::function<void(const common::Slot&)>& fn) const;
   // A shard as a lookup sees it, computed from its 8-byte shard word alone: the PM bucket

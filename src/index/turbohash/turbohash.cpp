@@ -486,7 +486,7 @@ uint64_t TurboHash::sum_over_buckets(F f) const {
   for (uint64_t s = 0; s < nshards_; ++s) {
     uint64_t packed = shards_[s].packed.load(std::memory_order_acquire);
     const Bucket* b0 = shard_buckets(packed);
-    for (uint64_t i = 0; i < packed_count(packed); ++i) total += f(b0[i].load_meta());
+    for (uint64_t i = 0; i < packed_count(packed); ++i) total += f(reported_meta(b0[i]));
   }
   return total;
 }
@@ -612,8 +612,15 @@ void TurboHash::walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
                              const std::function<void(const Slot&)>& fn) const {
   const Bucket* b0 = shard_buckets(packed);
   for (uint64_t i = first; i < end; ++i)
-    for (uint32_t mask = Bucket::live(b0[i].load_meta()); mask; mask &= mask - 1)
+    for (uint32_t mask = Bucket::live(reported_meta(b0[i])); mask; mask &= mask - 1)
       fn(common::load_slot(b0[i].slots[std::countr_zero(mask)]));
+}
+
+// A bucket's commit word as size() and for_each report it: a write still in flight is
+// flushed (Index::size and Index::for_each fence before they answer), so they report only
+// what a crash keeps (pm/publish.hpp), as get() does.
+uint64_t TurboHash::reported_meta(const Bucket& b) const {
+  return pm::load_flushed(pool_.persister(), &b.meta, kUnpersisted);
 }
 
 void TurboHash::for_each(const std::function<void(const Slot&)>& fn) const {

@@ -79,6 +79,7 @@ class TurboHash final : public Scheme {
   void stop() override;
 
  private:
+  uint64_t reported_meta(const Bucket& b) const;
   void walk_buckets(uint64_t packed, uint64_t first, uint64_t end,
                     const std::function<void(const common::Slot&)>& fn) const;
   // The DRAM mirror of a descriptor, with the shard's WriteLock (§3.1), and the shard's
