@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 
 #include "index_impl.hpp"
@@ -260,6 +263,40 @@ TEST(Cli, ExportNeverWritesOverAPool) {
     EXPECT_TRUE(read_file(src.path) == src_bytes);
     EXPECT_TRUE(read_file(other.path) == other_bytes);
   }
+}
+
+// Export renames its dump into place: over anything but a regular file that would replace
+// it (as root, `export POOL /dev/null` turned /dev/null into a file; a FIFO blocked the
+// export for good). Those are refused and left as they were; a link to a regular file is
+// written through, the link kept.
+TEST(Cli, ExportWritesOnlyRegularFilesAndThroughLinks) {
+  TempPool src, fifo("fifo"), dir("dir"), dangling("dangling"), file("file"), link("link");
+  fill(src.path, small_options("lineht", Format::kFixed), 10, false);
+  ASSERT_EQ(mkfifo(fifo.path.c_str(), 0600), 0);
+  ASSERT_EQ(mkdir(dir.path.c_str(), 0700), 0);
+  ASSERT_EQ(symlink((dangling.path + ".nothing").c_str(), dangling.path.c_str()), 0);
+  for (const std::string& target : {fifo.path, dir.path, dangling.path}) {
+    SCOPED_TRACE(target);
+    struct stat before {};
+    ASSERT_EQ(lstat(target.c_str(), &before), 0);
+    CliRun r = run("export " + src.path + " " + target);  // a FIFO blocked here
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    struct stat after {};
+    ASSERT_EQ(lstat(target.c_str(), &after), 0);
+    EXPECT_EQ(after.st_mode, before.st_mode) << "replaced";
+    EXPECT_EQ(after.st_ino, before.st_ino) << "replaced";
+  }
+  rmdir(dir.path.c_str());
+  { std::ofstream(file.path) << "old"; }
+  ASSERT_EQ(symlink(file.path.c_str(), link.path.c_str()), 0);
+  CliRun r = run("export " + src.path + " " + link.path);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  struct stat l {};
+  ASSERT_EQ(lstat(link.path.c_str(), &l), 0);
+  EXPECT_TRUE(S_ISLNK(l.st_mode)) << "the link was replaced";
+  std::vector<char> dumped = read_file(file.path);
+  EXPECT_TRUE(dumped.size() > 8 && std::memcmp(dumped.data(), "PMHXPORT", 8) == 0)
+      << "the dump did not reach the file the link names";
 }
 
 std::vector<char> dump_of(const std::vector<std::pair<std::string, std::string>>& items,

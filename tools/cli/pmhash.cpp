@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -147,17 +148,33 @@ void put32(std::ostream& o, uint32_t v) {
   o.write(reinterpret_cast<const char*>(&v), 4);
 }
 
-// Why export must not write to `file`, or "" if it may: the pool itself (also through a
-// link), or any pmhash pool (another process may have it mapped; truncating it would
-// destroy it).
-std::string export_target_refusal(const std::string& pool, const std::string& file) {
+// Why export must not write to `file`, or "" if it may, with *target the path the dump is
+// renamed to: `file`, or the file a symbolic link names (the link stays). Refused: anything
+// but a regular file (a device such as /dev/null, a FIFO, a directory: the rename would
+// replace it, and opening a FIFO to look into it would block), a dangling link, the pool
+// itself (also through a link), and any pmhash pool (another process may have it mapped).
+std::string export_target_refusal(const std::string& pool, const std::string& file,
+                                  std::string* target) {
+  *target = file;
+  struct stat ls {};
+  if (lstat(file.c_str(), &ls) != 0) return "";  // a new file
+  if (S_ISLNK(ls.st_mode)) {
+    char* real = realpath(file.c_str(), nullptr);
+    if (real == nullptr) return "'" + file + "' is a symbolic link to nothing";
+    *target = real;
+    std::free(real);
+  }
   struct stat ps {
   }, fs{};
-  if (stat(file.c_str(), &fs) != 0) return "";
+  if (stat(target->c_str(), &fs) != 0) return "";
+  if (!S_ISREG(fs.st_mode))
+    return "'" + file +
+           "' is not a regular file (a device, FIFO or directory): export writes a "
+           "dump file";
   if (stat(pool.c_str(), &ps) == 0 && ps.st_dev == fs.st_dev && ps.st_ino == fs.st_ino)
     return "'" + file + "' is the pool being exported";
   char head[8] = {};
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(*target, std::ios::binary);
   if (in.read(head, 8) &&
       (std::memcmp(head, pm::kPoolMagic, 8) == 0 || std::memcmp(head, pm::kCreatingMagic, 8) == 0))
     return "'" + file + "' is a pmhash pool: export writes dumps, never over a pool";
@@ -177,9 +194,10 @@ int export_pool(const std::string& path, const std::string& file) {
   std::unique_ptr<Index> idx;
   Status s = open_read_only(path, &idx);
   if (!s.ok()) return fail(s.to_string());
-  std::string refusal = export_target_refusal(path, file);
+  std::string target;
+  std::string refusal = export_target_refusal(path, file, &target);
   if (!refusal.empty()) return fail(refusal);
-  std::string tmp = file + ".tmp." + std::to_string(getpid());
+  std::string tmp = target + ".tmp." + std::to_string(getpid());
   std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
   if (!out) return fail("cannot write '" + tmp + "'");
   out.write(kDumpMagic, 8);
@@ -200,7 +218,7 @@ int export_pool(const std::string& path, const std::string& file) {
   put32(out, 0);
   out.write(reinterpret_cast<const char*>(&ctx.n), 8);
   out.close();
-  if (!out || std::rename(tmp.c_str(), file.c_str()) != 0) {
+  if (!out || std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::remove(tmp.c_str());
     return fail("write to '" + file + "' failed");
   }
