@@ -569,10 +569,10 @@ Status Index::remove(std::string_view key) {
   return s.ok() ? impl_->write([&] { return impl_->scheme->remove(key); }) : s;
 }
 
-// size() and for_each() report only what a crash keeps: the schemes' walks flush the
-// commit words they read (pm::load_flushed: LineHT and TurboHash those of writes in flight,
-// HDNH and PMEH all; SmartHT and WOPHI read under the writers' locks), and the answer waits
-// for one fence if the walk flushed anything.
+// size() and for_each() report only what a crash keeps: LineHT's and TurboHash's walks flush
+// the commit words of writes in flight (pm::load_flushed), and the answer waits for one
+// fence if the walk flushed anything; SmartHT and WOPHI read under their writers' locks.
+// HDNH and PMEH do not yet (docs/design.md).
 static void fence_if_flushed_since(const pm::Pool& pool, uint64_t flushes) {
   if (pm::tls_counters.flushes != flushes) pool.persister().fence();
 }

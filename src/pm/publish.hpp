@@ -48,13 +48,4 @@ inline uint64_t load_flushed(const Persister& p, const uint64_t* word, uint64_t 
   return v & ~mark;
 }
 
-// The same for a commit word without a mark (HDNH's bucket bitmaps, PMEH's bucket words):
-// a reader cannot tell a write in flight, so the line is always flushed.
-inline uint64_t load_flushed(const Persister& p, const uint64_t* word) {
-  uint64_t v =
-      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*word)).load(std::memory_order_acquire);
-  p.flush(word, sizeof *word);
-  return v;
-}
-
 }  // namespace pmhash::pm

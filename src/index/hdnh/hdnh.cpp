@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "index/hdnh/detail.hpp"
-#include "pm/publish.hpp"
 
 namespace pmhash::hdnh {
 
@@ -405,12 +404,10 @@ void Hdnh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const
 
 // The caller holds a read-side section: a resize may free the level.
 void Hdnh::walk_buckets(const Level& l, uint64_t first, uint64_t end,
-                        const std::function<void(const Slot&)>& fn, bool report) const {
+                        const std::function<void(const Slot&)>& fn) const {
   for (uint64_t b = first; b < end; ++b) {
     if (!bucket_live(l, b)) continue;
-    const uint64_t* bitmap = &l.buckets[b].bitmap;
-    uint64_t bm = report ? pm::load_flushed(pool_.persister(), bitmap) : load_word(*bitmap);
-    for (uint64_t bits = bm & 0xFF; bits; bits &= bits - 1)
+    for (uint64_t bits = load_word(l.buckets[b].bitmap) & 0xFF; bits; bits &= bits - 1)
       fn(common::load_slot(l.buckets[b].slots[std::countr_zero(bits)]));
   }
 }
@@ -437,7 +434,7 @@ bool Hdnh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
           level_left = i < set->n;
           if (!level_left) return 0;  // past the last level: an empty piece
           const Level& l = *set->lv[i];
-          walk_buckets(l, first, std::min(first + kPieceBuckets, l.nbuckets), fn, true);
+          walk_buckets(l, first, std::min(first + kPieceBuckets, l.nbuckets), fn);
           return l.nbuckets;
         },
         piece_done);

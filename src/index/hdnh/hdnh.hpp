@@ -114,9 +114,8 @@ class Hdnh final : public Scheme {
 #endif
 
  private:
-  // report: for Index::for_each, each bitmap's line flushed (pm::load_flushed)
   void walk_buckets(const Level& l, uint64_t first, uint64_t end,
-                    const std::function<void(const common::Slot&)>& fn, bool report = false) const;
+                    const std::function<void(const common::Slot&)>& fn) const;
   struct Hashed {
     uint64_t h1, h2, kw;
     uint8_t fp;

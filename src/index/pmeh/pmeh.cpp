@@ -7,8 +7,6 @@
 #include <thread>
 #include <unordered_set>
 
-#include "pm/publish.hpp"
-
 namespace pmhash::pmeh {
 
 using common::load_word;
@@ -368,7 +366,7 @@ uint64_t Pmeh::size() const {
     SegmentHeader* s = segment(so);
     uint64_t meta = load_word(s->meta);
     Bucket* bs = buckets(s);
-    std::vector<uint32_t> live = reported_alloc(s);
+    std::vector<uint32_t> live = live_alloc(s);
     for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
       for (uint32_t a = live[i]; a; a &= a - 1)
         n += covers(meta, items_.slot_hash(load_word(bs[i].slots[std::countr_zero(a)].key)));
@@ -527,16 +525,6 @@ void Pmeh::stop() {
   if (sweep_) sweep_->stop();
 }
 
-// live_alloc for size() and for_each: the bucket words' lines are flushed after they were
-// read (Index::size and Index::for_each fence before they answer), so a write in flight is
-// reported only once durable — the words carry no mark telling one (pm::load_flushed).
-std::vector<uint32_t> Pmeh::reported_alloc(SegmentHeader* s) const {
-  std::vector<uint32_t> live = live_alloc(s);
-  Bucket* bs = buckets(s);
-  for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) pool_.persister().flush(&bs[i].word0, 8);
-  return live;
-}
-
 void Pmeh::for_each(const std::function<void(const Slot&)>& fn) const {
   for_each_in_pieces(fn, [] {});
 }
@@ -551,7 +539,7 @@ bool Pmeh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
       SegmentHeader* s = segment(so);
       uint64_t meta = load_word(s->meta);
       Bucket* bs = buckets(s);
-      std::vector<uint32_t> live = reported_alloc(s);  // as in size()
+      std::vector<uint32_t> live = live_alloc(s);  // as in size()
       for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
         for (uint32_t a = live[i]; a; a &= a - 1) {
           Slot sl = common::load_slot(bs[i].slots[std::countr_zero(a)]);

@@ -127,7 +127,6 @@ class Pmeh final : public Scheme {
   bool recovered(const SegmentHeader* s) const;
   std::vector<uint32_t> kept_alloc(SegmentHeader* s) const;
   std::vector<uint32_t> live_alloc(SegmentHeader* s) const;
-  std::vector<uint32_t> reported_alloc(SegmentHeader* s) const;
   std::vector<StaleOverflow> stale_overflow(SegmentHeader* s) const;
   void trim_overflow(SegmentHeader* s);
   void lock_buckets(SegmentHeader* s, uint64_t b, ZoneMode m, ThreadStats& ts);  // b, b+1
