@@ -83,6 +83,10 @@ class Table {
   // Many gets in one call (Index::get_many: their cache misses overlap): a list of the
   // values, `default` for absent keys; any other failure raises, as get() does.
   py::list get_many(const py::iterable& keys, py::object def) {
+    // A str or bytes is an iterable of characters, almost surely one key meant as a list.
+    if (py::isinstance<py::str>(keys) || py::isinstance<py::bytes>(keys) ||
+        py::isinstance<py::bytearray>(keys))
+      throw py::type_error("get_many takes a list (an iterable) of keys, not one key");
     std::vector<std::string> ks;
     for (py::handle k : keys) ks.push_back(as_bytes(k, "key"));
     std::vector<std::string_view> views(ks.begin(), ks.end());

@@ -94,14 +94,13 @@ int pmhash_get(pmhash_index* t, const void* k, size_t kl, void* buf, size_t cap,
 
 int pmhash_get_many(pmhash_index* t, size_t n, const void* const* keys, const size_t* key_lens,
                     void* const* bufs, const size_t* caps, size_t* lens, int* codes) {
-  if (lens != nullptr)
-    for (size_t i = 0; i < n; ++i) lens[i] = 0;
   bool bad =
       t == nullptr || (n > 0 && (keys == nullptr || key_lens == nullptr || codes == nullptr ||
                                  (bufs == nullptr) != (caps == nullptr)));
   for (size_t i = 0; !bad && bufs != nullptr && i < n; ++i)
     bad = bufs[i] == nullptr && caps[i] != 0;
   if (bad) {
+    for (size_t i = 0; lens != nullptr && i < n; ++i) lens[i] = 0;
     for (size_t i = 0; codes != nullptr && i < n; ++i)
       codes[i] = static_cast<int>(pmhash::Code::kInvalidArgument);
     return invalid("an argument");
@@ -113,10 +112,10 @@ int pmhash_get_many(pmhash_index* t, size_t n, const void* const* keys, const si
   std::vector<std::string> values(n);
   std::vector<pmhash::Status> statuses(n);
   pmhash::Status s = t->index->get_many(views, values, statuses);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n; ++i) {  // key_lens may be lens: read above, written only here
     codes[i] = static_cast<int>(statuses[i].code());
+    if (lens != nullptr) lens[i] = statuses[i].ok() ? values[i].size() : 0;
     if (!statuses[i].ok()) continue;
-    if (lens != nullptr) lens[i] = values[i].size();
     if (bufs != nullptr && caps[i] != 0)
       std::memcpy(bufs[i], values[i].data(), std::min(caps[i], values[i].size()));
   }

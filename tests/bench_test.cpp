@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -488,6 +489,32 @@ OrderShape order_shape(const std::vector<uint64_t>& order, const std::vector<uin
   return s;
 }
 
+// A batch row looks up exactly the keys it counts: a thread's last batch is what is left of
+// its share (a batch larger than the share looked up 4x the counted keys: helper-48).
+TEST(Bench, ABatchRowLooksUpExactlyTheOperationsItCounts) {
+  for (uint32_t batch : {1u, 16u, 4096u}) {
+    bench::RunConfig c;
+    c.variant = "dram";
+    c.threads = 2;
+    c.keys = 1000;
+    c.ops = 5001;
+    c.batch = batch;
+    c.progress = false;
+    c.pin = false;
+    c.recovery = false;
+    c.workloads = {"read-batch", "negread-batch"};
+    std::atomic<uint64_t> gets{0};
+    c.on_op = [&](char op, const std::string&) { gets += op == 'g'; };
+    std::vector<bench::Row> rows;
+    std::string err;
+    ASSERT_TRUE(bench::run(c, &rows, &err)) << err;
+    EXPECT_EQ(gets.load(), 2 * 5001u) << "batch " << batch;
+    auto w = by_workload(rows);
+    EXPECT_EQ(w["read-batch"].values["succeeded"], 5001) << "batch " << batch;
+    EXPECT_EQ(w["negread-batch"].values["failed"], 5001) << "batch " << batch;
+  }
+}
+
 TEST(BenchDist, LoadAndDeleteOrderFollowTheDistribution) {
   std::map<std::string, OrderShape> load, del;
   for (std::string d : {"uniform", "zipfian:0.99", "selfsimilar:0.2"}) {
@@ -632,10 +659,11 @@ TEST(BenchDist, RefusesWhatItDoesNotHonour) {
     std::string dist, workload;
     uint64_t keys;
   };
-  for (const Case& c : {Case{"zipfian:0.99", "lfsweep", 0}, Case{"selfsimilar:0.2", "lfsweep", 0},
-                        Case{"latest", "negread", 100}, Case{"latest", "delete", 100},
-                        Case{"zipfian:0.99", "reload", 100}, Case{"zipfian:0.99", "churn", 100},
-                        Case{"selfsimilar:0.2", "churn", 100}}) {
+  for (const Case& c :
+       {Case{"zipfian:0.99", "lfsweep", 0}, Case{"selfsimilar:0.2", "lfsweep", 0},
+        Case{"latest", "negread", 100}, Case{"latest", "negread-batch", 100},
+        Case{"latest", "delete", 100}, Case{"zipfian:0.99", "reload", 100},
+        Case{"zipfian:0.99", "churn", 100}, Case{"selfsimilar:0.2", "churn", 100}}) {
     std::string err;
     auto ops = traced(c.dist, {c.workload}, c.keys, 100, &err);
     EXPECT_NE(err.find("'" + c.workload + "'"), std::string::npos)

@@ -1,15 +1,19 @@
 // The crash harness against every registered scheme, in both formats.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "index_impl.hpp"
 #include "pm/spare_blocks.hpp"
+#include "pm/threads.hpp"
 #include "test_util.hpp"
 
 namespace pmhash::testing {
@@ -311,19 +315,78 @@ TEST_P(CrashTest, ConcurrentWorkloadStopTheWorld) {
   }
 }
 
-// size() and for_each() are readers too: at every fence of an insert, an update and a
-// remove, another thread calls them; what they report must survive a crash there (the
-// all-old image: nothing unfenced). A reader may instead wait — for the writer's lock, or
-// at its own flush of the write in flight (the simulator holds other threads' flushes while
-// a crash point is explored): one that has not answered within 200 ms is left waiting and
-// its answer, which comes after the crash point, is not checked.
+// A persistence hook for readers beside a crash point: unlike CrashSim (which holds every
+// other thread's flush while a crash point is explored), a flush is recorded and returns, and
+// becomes durable at a fence of the thread that made it (sfence orders only its own
+// thread's write-backs). image() is the all-old crash state: what the fences made durable.
+class ReaderFriendlyImage : public pm::PersistHook {
+ public:
+  std::function<void()> at_writer_fence;  // the writer's fences, while armed
+  std::atomic<bool> armed{false};
+  void on_map(char* base, size_t size) override {
+    base_ = base;
+    image_.assign(base, base + size);
+    writer_ = pm::thread_token();
+  }
+  void on_flush(const void* addr, size_t len) override {
+    std::lock_guard<std::mutex> g(mu_);
+    uint64_t start = static_cast<uint64_t>(static_cast<const char*>(addr) - base_);
+    for (uint64_t line = start / 64; line * 64 < start + len; ++line) {
+      Line& l = unfenced_[pm::thread_token()][line];
+      std::memcpy(l.bytes.data(), base_ + line * 64, 64);
+      l.seq = ++seq_;
+    }
+  }
+  void on_fence() override {
+    if (armed && pm::thread_token() == writer_ && !in_callback_ && at_writer_fence) {
+      in_callback_ = true;  // the crash point: before this fence takes effect
+      at_writer_fence();
+      in_callback_ = false;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    auto mine = unfenced_.find(pm::thread_token());
+    if (mine == unfenced_.end()) return;
+    for (auto& [line, l] : mine->second)
+      if (l.seq > durable_seq_[line]) {
+        std::memcpy(image_.data() + line * 64, l.bytes.data(), 64);
+        durable_seq_[line] = l.seq;
+      }
+    unfenced_.erase(mine);
+  }
+  std::vector<char> image() {
+    std::lock_guard<std::mutex> g(mu_);
+    return image_;
+  }
+
+ private:
+  struct Line {
+    std::array<char, 64> bytes;
+    uint64_t seq;
+  };
+  char* base_ = nullptr;
+  std::vector<char> image_;
+  std::unordered_map<uint64_t, std::unordered_map<uint64_t, Line>> unfenced_;
+  std::unordered_map<uint64_t, uint64_t> durable_seq_;
+  uint64_t seq_ = 0, writer_ = 0;
+  bool in_callback_ = false;
+  std::mutex mu_;
+};
+
+// size() and for_each() are readers too: at every fence of inserts, updates (in place where
+// the scheme updates so) and removes, another thread calls them; what they report must
+// survive a crash there (the all-old image). LineHT and TurboHash, whose walks take no lock,
+// must answer at every point; a reader that has not answered within 500 ms is left waiting,
+// joined after the operation, and not checked.
 TEST_P(CrashTest, SizeAndForEachBesideAWriteReportOnlyWhatACrashKeeps) {
-  if (GetParam().scheme == "hdnh" || GetParam().scheme == "pmeh")
+  const std::string& scheme = GetParam().scheme;
+  if (scheme == "hdnh" || scheme == "pmeh")
     GTEST_SKIP() << "not yet: their walks may report a write in flight (docs/design.md)";
+  if (scheme == "smartht" || scheme == "wophi")
+    GTEST_SKIP() << "their walks read under the writers' stripe locks: a reader waits";
   const bool fixed = GetParam().format == Format::kFixed;
   TempPool p("fe"), img("fe-img");
-  CrashSim sim;
-  Options o = small_options(GetParam().scheme, GetParam().format);
+  ReaderFriendlyImage sim;
+  Options o = small_options(scheme, GetParam().format);
   o.params = GetParam().params();
   o.pool_size = GetParam().small() ? 4u << 20 : 64u << 20;
   OpenHooks hooks;
@@ -331,8 +394,6 @@ TEST_P(CrashTest, SizeAndForEachBesideAWriteReportOnlyWhatACrashKeeps) {
   hooks.chunk_size = 64u << 10;
   std::unique_ptr<Index> idx;
   ASSERT_TRUE(open_index(p.path, o, hooks, &idx).ok());
-  const std::string k1 = make_key(1, fixed), k2 = make_key(2, fixed);
-  ASSERT_TRUE(idx->insert(k1, make_value(k1, 1, fixed)).ok());
   struct Look {
     std::atomic<bool> done{false};
     uint64_t n = 0;
@@ -342,7 +403,7 @@ TEST_P(CrashTest, SizeAndForEachBesideAWriteReportOnlyWhatACrashKeeps) {
   std::vector<std::unique_ptr<Look>> waiting;
   int points = 0, checked = 0;
   std::string step;
-  sim.at_crash_point = [&] {
+  sim.at_writer_fence = [&] {
     ++points;
     auto look = std::make_unique<Look>();
     Look* l = look.get();
@@ -355,14 +416,12 @@ TEST_P(CrashTest, SizeAndForEachBesideAWriteReportOnlyWhatACrashKeeps) {
           &l->seen);
       l->done = true;
     });
-    for (int i = 0; i < 200 && !l->done; ++i)
+    for (int i = 0; i < 500 && !l->done; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (!l->done) return waiting.push_back(std::move(look));
     l->t.join();
     ++checked;
-    std::vector<char> buf;
-    sim.make_image(CrashSim::Mix::kAllOld, 1, &buf);
-    write_bytes(img.path, buf);
+    write_bytes(img.path, sim.image());
     std::unique_ptr<Index> r;
     Options o2 = o;
     o2.create = false;
@@ -371,35 +430,38 @@ TEST_P(CrashTest, SizeAndForEachBesideAWriteReportOnlyWhatACrashKeeps) {
       ADD_FAILURE() << step << ": the image does not open: " << s.to_string();
       return;
     }
-    std::string v;
-    for (auto& [k, val] : l->seen)
-      if (!r->get(k, &v).ok() || v != val)
-        ADD_FAILURE() << step << ", crash point " << points << ": for_each reported key "
-                      << (k == k1 ? "k1" : "k2") << " with a value a crash takes back";
-    for (const std::string& k : {k1, k2})
-      if (!l->seen.count(k) && r->get(k, &v).ok())
-        ADD_FAILURE() << step << ", crash point " << points << ": for_each missed key "
-                      << (k == k1 ? "k1" : "k2") << ", which a crash keeps";
-    EXPECT_EQ(l->n, r->size()) << step << ", crash point " << points << ": size()";
+    std::map<std::string, std::string> kept;
+    r->for_each(
+        [](void* c, std::string_view k, std::string_view v) {
+          (*static_cast<std::map<std::string, std::string>*>(c))[std::string(k)] = v;
+        },
+        &kept);
+    EXPECT_TRUE(l->seen == kept) << step << ", crash point " << points << ": for_each reported "
+                                 << l->seen.size() << " items, the crash keeps " << kept.size()
+                                 << " (or other values)";
+    EXPECT_EQ(l->n, kept.size()) << step << ", crash point " << points << ": size()";
     EXPECT_TRUE(r->close().ok());
   };
-  auto join_waiting = [&] {
-    for (auto& l : waiting) l->t.join();
-    waiting.clear();
+  auto each_key = [&](const char* what, auto op) {
+    step = what;
+    for (int i = 0; i < 16; ++i) {
+      std::string k = make_key(i, fixed);
+      sim.armed = true;
+      ASSERT_TRUE(op(k).ok()) << what << " " << i;
+      sim.armed = false;
+      for (auto& w : waiting) w->t.join();
+      waiting.clear();
+    }
   };
-  step = "insert k2";
-  ASSERT_TRUE(idx->insert(k2, make_value(k2, 1, fixed)).ok());
-  join_waiting();
-  step = "update k1";
-  ASSERT_TRUE(idx->update(k1, make_value(k1, 2, fixed)).ok());
-  join_waiting();
-  step = "remove k1";
-  ASSERT_TRUE(idx->remove(k1).ok());
-  join_waiting();
-  sim.at_crash_point = nullptr;
-  EXPECT_GT(points, 2);
-  std::printf("[%s %s] crash points %d, answered and checked %d\n", GetParam().scheme.c_str(),
+  each_key("insert", [&](const std::string& k) { return idx->insert(k, make_value(k, 1, fixed)); });
+  each_key("update", [&](const std::string& k) { return idx->update(k, make_value(k, 2, fixed)); });
+  each_key("remove", [&](const std::string& k) { return idx->remove(k); });
+  std::printf("[%s %s] crash points %d, answered and checked %d\n", scheme.c_str(),
               format_name(GetParam().format), points, checked);
+  EXPECT_GT(points, 40);
+  if (scheme == "lineht" || scheme == "turbohash") {
+    EXPECT_EQ(checked, points) << "their walks never wait for a writer";
+  }
   EXPECT_TRUE(idx->close().ok());
 }
 

@@ -69,7 +69,8 @@ TEST(PiBench, PluginRunsAMultiThreadedWorkload) {
                              {"PMHASH_PARAMS", "shards"},
                              {"PMHASH_PARAMS", "=4"},
                              {"PMHASH_CAPACITY", "1e8"},
-                             {"PMHASH_CAPACITY", "-5"}}) {
+                             {"PMHASH_CAPACITY", "-5"},
+                             {"PMHASH_CAPACITY", " -1"}}) {
     setenv(name, value, 1);
     EXPECT_EQ(create(opt), nullptr) << name << "=" << value;
     EXPECT_NE(access(p.path.c_str(), F_OK), 0) << name << "=" << value << " made a pool";

@@ -76,6 +76,8 @@ def test_get_many_answers_as_get_does(pool_path, scheme):
             t.get_many([key(1, "variable"), b""])  # an empty key, as get(b"") raises
         with pytest.raises(TypeError):
             t.get_many([key(1, "variable"), 42])
+        with pytest.raises(TypeError):
+            t.get_many(b"key-1")  # one key, not a list of one-byte keys
     with pytest.raises(pmhash.ClosedError):
         t.get_many([key(1, "variable")])
 

@@ -516,9 +516,9 @@ bool Runner::run_workload(const std::string& w) {
         },
         false, true);
   } else if (w == "read-batch" || w == "negread-batch") {
-    // Index::get_many over batches of c_.batch keys, each key drawn as in read / negread;
-    // an op hands out one key's result. A thread's last batch may look up up to batch - 1
-    // keys no op counts. Latencies would be of calls, not lookups: the row has none.
+    // Index::get_many over batches of c_.batch keys (a thread's last batch: what is left of
+    // its share), each key drawn as in read / negread; an op hands out one key's result.
+    // Latencies would be of calls, not lookups: the row has none.
     bool neg = w == "negread-batch";
     struct Batch {
       std::vector<std::string> keys, values;
@@ -532,11 +532,19 @@ bool Runner::run_workload(const std::string& w) {
       b.codes.resize(c_.batch);
       b.next = c_.batch;
     }
+    int T = c_.threads;
+    uint64_t ops = c_.ops;
     phase(
         w, c_.ops,
-        [&, neg](int t, uint64_t, auto&, KeyChooser& ch, std::string&, std::string&, std::string&) {
+        [&, neg, T, ops](int t, uint64_t i, auto&, KeyChooser& ch, std::string&, std::string&,
+                         std::string&) {
           Batch& b = batches[t];
           if (b.next == b.keys.size()) {
+            uint64_t share = ops / T + (uint64_t(t) < ops % T ? 1 : 0);
+            size_t n = size_t(std::min<uint64_t>(b.keys.size(), share - i));
+            b.keys.resize(n);  // shorter only for the last batch
+            b.values.resize(n);
+            b.codes.resize(n);
             for (std::string& k : b.keys) ks.key((neg ? kAbsent : 0) + ch.next(N), &k);
             tg.get_many(b.keys, &b.values, &b.codes);
             b.next = 0;

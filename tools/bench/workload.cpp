@@ -95,7 +95,7 @@ bool honours(const std::string& w, const DistSpec& d, std::string* why) {
     bad = "churn inserts and deletes uniformly random keys (space under churn, issue 18)";
   else if (w == "delete" && latest)
     bad = "delete touches every key once in an order; 'latest' defines none";
-  else if (w == "negread" && latest)
+  else if ((w == "negread" || w == "negread-batch") && latest)
     bad = "negread draws absent keys; 'latest' (recent inserts) has no absent counterpart";
   if (bad.empty()) return true;
   *why = "--dist " + d.name() + " is not honoured by workload '" + w + "': " + bad;

@@ -82,7 +82,7 @@ static std::string parse_env(pmhash::Options* o, const tree_options_t& opt) {
   char* end = nullptr;
   errno = 0;
   o->capacity_hint = std::strtoull(cap.c_str(), &end, 10);
-  if (cap.empty() || *end != '\0' || errno != 0 || cap[0] == '-')
+  if (cap.empty() || *end != '\0' || errno != 0 || cap[0] < '0' || cap[0] > '9')
     return "PMHASH_CAPACITY='" + cap + "' is not a number of keys";
   return "";
 }
