@@ -10,15 +10,21 @@
 namespace pmhash::testing {
 namespace {
 
+// A new variable-format pool of `scheme`, emulated mode, 64 MiB.
+pmhash_options variable_options(const char* scheme) {
+  pmhash_options o{};
+  o.scheme = scheme;
+  o.variable_format = 1;
+  o.mode = 2;  // emulated
+  o.create = 1;
+  o.pool_size = 64u << 20;
+  return o;
+}
+
 TEST(CApi, RoundTripAndErrors) {
   for (const std::string& scheme : schemes()) {
     TempPool p;
-    pmhash_options o{};
-    o.scheme = scheme.c_str();
-    o.variable_format = 1;
-    o.mode = 2;  // emulated
-    o.create = 1;
-    o.pool_size = 64u << 20;
+    pmhash_options o = variable_options(scheme.c_str());
     pmhash_index* t = nullptr;
     char err[256];
     ASSERT_EQ(pmhash_open(p.path.c_str(), &o, &t, err, sizeof err), 0) << err;
@@ -74,12 +80,7 @@ TEST(CApi, RoundTripAndErrors) {
 // errors refuse the whole call (and say so in every code); a closed index too.
 TEST(CApi, GetManyAnswersEachKeyAsGetDoes) {
   TempPool p;
-  pmhash_options o{};
-  o.scheme = "lineht";
-  o.variable_format = 1;
-  o.mode = 2;  // emulated
-  o.create = 1;
-  o.pool_size = 64u << 20;
+  pmhash_options o = variable_options("lineht");
   pmhash_index* t = nullptr;
   char err[256];
   ASSERT_EQ(pmhash_open(p.path.c_str(), &o, &t, err, sizeof err), 0) << err;
