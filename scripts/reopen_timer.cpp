@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     for (auto& t : threads) t.join();
   }
   pmhash::Stats st = index->stats();
-  std::printf("open_ms %.1f hot_ms %.1f size %llu\n", ms, st.counters["recovery_hot_ms"],
+  std::printf("open_ms %.2f hot_ms %.1f size %llu\n", ms, st.counters["recovery_hot_ms"],
               static_cast<unsigned long long>(st.size));
   std::fflush(stdout);
   _exit(0);  // no close(): the next open recovers from a crash

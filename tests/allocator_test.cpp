@@ -2,10 +2,12 @@
 #include "pm/allocator.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "index_impl.hpp"
 #include "test_util.hpp"
@@ -18,7 +20,9 @@ struct RawPool {
   std::unique_ptr<pm::Pool> pool;
   std::unique_ptr<pm::Allocator> alloc;
   explicit RawPool(pm::PersistHook* hook = nullptr, bool create = true) { open(hook, create); }
-  void open(pm::PersistHook* hook, bool create) {
+  // `before_recover`: runs on the mapped pool before the allocator's open reads it.
+  void open(pm::PersistHook* hook, bool create,
+            const std::function<void(pm::Pool&)>& before_recover = {}) {
     alloc.reset();
     pool.reset();
     pm::PoolArgs a;
@@ -29,6 +33,7 @@ struct RawPool {
     a.mode = Mode::kEmulated;
     a.hook = hook;
     ASSERT_TRUE(pm::Pool::open(file.path, a, &pool).ok());
+    if (before_recover) before_recover(*pool);
     alloc = std::make_unique<pm::Allocator>(*pool);
     alloc->recover(false);
   }
@@ -469,6 +474,90 @@ TEST(Allocator, AnEmptiedSlabWithABitPastItsBlocksGoesBackToTheChunks) {
   EXPECT_EQ(*rp.pool->ptr<uint64_t>(h.chunk_table_offset + c * 8), pm::kChunkFree)
       << "the emptied slab was kept: its chunk lost for good";
   EXPECT_EQ(rp.alloc->reserve(chunk).off, a.off);
+}
+
+}  // namespace
+}  // namespace pmhash::testing
+
+namespace pmhash::testing {
+namespace {
+
+// Issue 19: an open reads the chunk table and no slab's bitmap, so its time does not grow
+// with the slabs a table's keys fill; a slab's record is built at its first use. The page
+// holding two slabs' bitmaps is unreadable while the allocator opens (the open read every
+// slab's bitmap before: it crashed here); then a logged free, a log-free unmark, a
+// reservation of each class and the byte count each meet a slab the open left unread.
+TEST(Allocator, AnOpenReadsNoSlabBitmapAndASlabIsReadAtItsFirstUse) {
+  RawPool rp;
+  const uint64_t chunk = 64u << 10, bitmap_bytes = chunk / 512, page = 4096;
+  const pm::PoolHeader& h = rp.pool->header();
+  const uint64_t hidden = (h.bitmap_offset + page - 1) / page * page;  // a page of bitmaps only
+  const uint64_t skip = (hidden - h.bitmap_offset + bitmap_bytes - 1) / bitmap_bytes;
+  if (skip > 0) {  // a run of chunks first, so the slabs' bitmaps lie on the hidden page
+    pm::Reservation run = rp.alloc->reserve(skip * chunk);
+    ASSERT_TRUE(run);
+    rp.alloc->mark(run);
+  }
+  std::vector<pm::Reservation> small, mid;
+  for (int i = 0; i < 5; ++i) small.push_back(rp.alloc->reserve(128));
+  for (int i = 0; i < 3; ++i) mid.push_back(rp.alloc->reserve(1024));
+  rp.alloc->mark(small);
+  rp.alloc->mark(mid);
+  rp.pool->persister().fence();
+  const uint64_t bytes = rp.alloc->allocated_bytes();
+  auto chunk_of = [&](const pm::Reservation& r) { return (r.off - h.heap_offset) / chunk; };
+  for (const pm::Reservation* r : {&small[0], &mid[0]}) {
+    ASSERT_GE(h.bitmap_offset + chunk_of(*r) * bitmap_bytes, hidden);
+    ASSERT_LE(h.bitmap_offset + (chunk_of(*r) + 1) * bitmap_bytes, hidden + page);
+  }
+  rp.open(nullptr, false,
+          [&](pm::Pool& pool) { ASSERT_EQ(mprotect(pool.base() + hidden, page, PROT_NONE), 0); });
+  ASSERT_EQ(mprotect(rp.pool->base() + hidden, page, PROT_READ | PROT_WRITE), 0);
+
+  pm::Tx tx(*rp.alloc);  // logged free in the 128-byte slab
+  tx.free(small[0].off);
+  tx.commit();
+  rp.alloc->unmark(mid[0].off);  // log-free free in the 1 KiB slab
+  EXPECT_EQ(rp.alloc->allocated_bytes(), bytes - 128 - 1024);
+  EXPECT_EQ(rp.alloc->reserve(128).off, small[0].off) << "the freed block, not a new slab's";
+  EXPECT_EQ(rp.alloc->reserve(1024).off, mid[0].off) << "the freed block, not a new slab's";
+  pm::Reservation next = rp.alloc->reserve(128);
+  EXPECT_EQ(chunk_of(next), chunk_of(small[0])) << "the old slab has room: no new slab";
+  for (size_t i = 1; i < small.size(); ++i) EXPECT_NE(next.off, small[i].off);
+}
+
+// Threads (more than cores) freeing blocks of slabs the open left unread and reserving in
+// their class at once: each slab is read once, every block counted once, no block handed
+// out twice.
+TEST(Allocator, ThreadsMeetingUnreadSlabsAtOnceCountEveryBlockOnce) {
+  RawPool rp;
+  constexpr int kBlocks = 600, kThreads = 4, kNew = 50;  // 256-byte blocks: 3 slabs
+  std::vector<pm::Reservation> rs;
+  for (int i = 0; i < kBlocks; ++i) rs.push_back(rp.alloc->reserve(256));
+  rp.alloc->mark(rs);
+  rp.pool->persister().fence();
+  rp.open(nullptr, false);
+  std::vector<std::vector<pm::Reservation>> fresh(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kBlocks; i += kThreads) {
+        if (i % 4 != 0) rp.alloc->unmark(rs[i].off);  // keep every 4th
+        if (i / kThreads % 3 == 0 && fresh[t].size() < kNew) {
+          fresh[t].push_back(rp.alloc->reserve(256));
+          rp.alloc->mark(fresh[t].back());
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  std::set<uint64_t> live;
+  for (int i = 0; i < kBlocks; i += 4) live.insert(rs[i].off);
+  for (auto& f : fresh)
+    for (const pm::Reservation& r : f) EXPECT_TRUE(live.insert(r.off).second) << r.off;
+  std::set<uint64_t> allocated;
+  for (auto [off, size] : rp.allocated()) allocated.insert(off);
+  EXPECT_EQ(allocated, live);
+  EXPECT_EQ(rp.alloc->allocated_bytes(), live.size() * 256);
 }
 
 }  // namespace

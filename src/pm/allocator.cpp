@@ -30,6 +30,7 @@ uint64_t Allocator::block_bits(uint64_t nblocks, uint64_t i) {
 struct Allocator::SizeClass {
   std::mutex mu;
   std::vector<uint64_t> partial;  // chunks of slabs that may have a free block
+  std::vector<uint64_t> unread;   // slabs from before this open, records not built (read_slab)
 };
 
 namespace {
@@ -74,6 +75,7 @@ Allocator::Allocator(Pool& pool) : pool_(pool) {
   chunk_busy_.assign(nchunks_, 0);
   chunk_backed_.assign(nchunks_, 0);
   unflushed_chunks_ = std::make_unique<std::atomic<uint8_t>[]>(nchunks_);
+  unread_ = std::make_unique<std::atomic<uint8_t>[]>(nchunks_);
   run_len_.assign(nchunks_, 0);
   spares_ = std::make_unique<SpareBlocks>(*this);
   lane_busy_ = std::make_unique<std::atomic<bool>[]>(kLanes);
@@ -123,6 +125,8 @@ bool Allocator::has_room_for(uint64_t size) {
     std::lock_guard<std::mutex> g(sc.mu);
     for (uint64_t c : sc.partial)
       if (slabs_[c] && slabs_[c]->nfree > 0) return true;
+    while (read_next_slab(sc))  // DRAM only: read_slab puts a slab with room last
+      if (!sc.partial.empty() && slabs_[sc.partial.back()]->nfree > 0) return true;
   }
   uint64_t n = cls < 0 ? (size + chunk_ - 1) / chunk_ : 1, run = 0;
   std::lock_guard<std::mutex> g(chunk_mu_);
@@ -243,6 +247,10 @@ Status Allocator::validate(bool deep, std::string* report) const {
           first + (problems > 1 ? " (and " + std::to_string(problems - 1) + " more)" : "")};
 }
 
+// The chunk table only: a slab from before this open is noted as unread, and its record
+// (which blocks are free, its bytes) is built at its first use (read_slab). An open then
+// reads one word per chunk and no bitmap, so it does not grow with the slabs a table's keys
+// fill (issue 19: recovery independent of the number of keys).
 void Allocator::build_dram_state() {
   uint64_t bytes = 0;
   for (uint64_t c = 0; c < nchunks_; ++c) {
@@ -254,27 +262,70 @@ void Allocator::build_dram_state() {
       bytes += value * chunk_;
       c += value - 1;
     } else if (type == kChunkSlab && value < static_cast<uint64_t>(nclasses_)) {
-      auto s = std::make_unique<Slab>();
-      s->cls = static_cast<uint32_t>(value);
-      s->nblocks = chunk_ / (kMinBlock << value);
-      s->used.assign((s->nblocks + 63) / 64, 0);
-      const uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
-      uint64_t used = 0;
-      for (size_t i = 0; i < s->used.size(); ++i) {
-        s->used[i] = bm[i] & block_bits(s->nblocks, i);
-        used += std::popcount(s->used[i]);
-      }
-      s->nfree = s->nblocks - used;
-      s->backed = false;
-      bytes += used * (kMinBlock << value);
       chunk_busy_[c] = 1;
-      if (s->nfree > 0) classes_[value].partial.push_back(c);
-      slabs_[c] = std::move(s);
+      unread_[c].store(static_cast<uint8_t>(value + 1), std::memory_order_relaxed);
+      classes_[value].unread.push_back(c);
     } else if (w != kChunkFree) {
       chunk_busy_[c] = 1;  // unknown word: never hand it out (check() reports it)
     }
   }
   allocated_bytes_.store(bytes);
+}
+
+// Builds an unread slab's record from its bitmap; the caller holds its class's lock. Every
+// path that changes a bit of a block from before this open reads the slab first
+// (read_slab_of), so the bitmap read here is the one the open would have read, plus the
+// blocks reserved since (none: reserve_block reads a slab before it reserves from it).
+void Allocator::read_slab(uint64_t c) {
+  uint8_t tag = unread_[c].load(std::memory_order_relaxed);
+  if (tag == 0) return;
+  uint32_t cls = tag - 1u;
+  auto s = std::make_unique<Slab>();
+  s->cls = cls;
+  s->nblocks = chunk_ / (kMinBlock << cls);
+  s->used.assign((s->nblocks + 63) / 64, 0);
+  uint64_t* bm = pool_.ptr<uint64_t>(bitmap_off_ + c * (chunk_ / 512));
+  uint64_t used = 0;
+  for (size_t i = 0; i < s->used.size(); ++i) {
+    s->used[i] = std::atomic_ref<uint64_t>(bm[i]).load(std::memory_order_acquire) &
+                 block_bits(s->nblocks, i);
+    used += std::popcount(s->used[i]);
+  }
+  s->nfree = s->nblocks - used;
+  s->backed = false;
+  allocated_bytes_.fetch_add(used * (kMinBlock << cls), std::memory_order_relaxed);
+  if (s->nfree > 0) classes_[cls].partial.push_back(c);
+  slabs_[c] = std::move(s);
+  unread_[c].store(0, std::memory_order_release);  // after the record: read_slab_of's acquire
+}
+
+// Before a block's bit or record changes: its slab's record built, if it is an unread one.
+void Allocator::read_slab_of(uint64_t c) {
+  uint8_t tag = unread_[c].load(std::memory_order_acquire);
+  if (tag == 0) return;
+  std::lock_guard<std::mutex> g(classes_[tag - 1].mu);
+  read_slab(c);
+}
+
+// Under sc's lock: reads the next unread slab of the class; false when none is left.
+bool Allocator::read_next_slab(SizeClass& sc) {
+  while (!sc.unread.empty()) {
+    uint64_t c = sc.unread.back();
+    sc.unread.pop_back();
+    if (unread_[c].load(std::memory_order_relaxed) == 0) continue;  // a free read it first
+    read_slab(c);
+    return true;
+  }
+  return false;
+}
+
+uint64_t Allocator::allocated_bytes() {
+  for (int cls = 0; cls < nclasses_; ++cls) {
+    std::lock_guard<std::mutex> g(classes_[cls].mu);
+    while (read_next_slab(classes_[cls])) {
+    }
+  }
+  return allocated_bytes_.load(std::memory_order_relaxed);
 }
 
 // First fit from the lowest free chunk: chunks given back are used again before fresh ones,
@@ -386,6 +437,7 @@ Reservation Allocator::reserve_block(uint64_t size) {
   uint64_t bsize = kMinBlock << cls;
   std::lock_guard<std::mutex> g(sc.mu);
   while (true) {
+    if (sc.partial.empty() && read_next_slab(sc)) continue;  // slabs from before the open first
     if (sc.partial.empty()) {
       uint64_t c = 0;
       if (!take_backed_chunks(1, &c)) return {};
@@ -433,6 +485,7 @@ void Allocator::release(uint64_t off) {
 
 void Allocator::release_block(uint64_t off, bool published) {
   uint64_t c = chunk_of(off);
+  read_slab_of(c);
   if (Slab* s = slabs_[c].get()) {
     std::lock_guard<std::mutex> g(classes_[s->cls].mu);
     uint64_t b = (off - chunk_off(c)) / (kMinBlock << s->cls);
@@ -586,8 +639,10 @@ void Allocator::flush_mark(const Reservation& r) {
 bool Allocator::clear_allocated(uint64_t off, uint64_t size) {
   uint64_t bit;
   uint64_t* w = meta_word(off, size, &bit);
-  if (bit != 0)
+  if (bit != 0) {
+    read_slab_of(chunk_of(off));
     return std::atomic_ref<uint64_t>(*w).fetch_and(~bit, std::memory_order_acq_rel) & bit;
+  }
   uint64_t run = std::atomic_ref<uint64_t>(*w).load(std::memory_order_acquire);
   return (run & 0xFF) == kChunkLarge && std::atomic_ref<uint64_t>(*w).compare_exchange_strong(
                                             run, kChunkFree, std::memory_order_acq_rel);
@@ -775,6 +830,7 @@ void Tx::free(uint64_t off) {
   if (size >= a_.chunk_) {
     add(a_.table_off_ + c * 8, kStore, kChunkFree);
   } else {
+    a_.read_slab_of(c);  // its record counts the block before the commit clears its bit
     uint64_t b = (off - a_.chunk_off(c)) / size;
     add(a_.bitmap_word_off(c, b), kClearBits, uint64_t{1} << (b % 64));
   }

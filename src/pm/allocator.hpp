@@ -55,8 +55,9 @@ class Allocator {
   ~Allocator();
 
   // Opening: finish or discard unfinished lane logs, then build DRAM state from the chunk
-  // table and slab bitmaps. With `format`, first make every chunk free (used when a crash
-  // interrupted pool creation: nothing was reachable yet).
+  // table; each slab's record (from its bitmap) is built at its first use, so the open's
+  // time does not grow with the slabs the keys fill. With `format`, first make every chunk
+  // free (used when a crash interrupted pool creation: nothing was reachable yet).
   void recover(bool format);
   // Read-only: do the lanes, chunk table and slab bitmaps describe a possible state? Appends
   // one line per problem to *report (all of them); returns kCorrupted naming the first.
@@ -133,7 +134,8 @@ class Allocator {
   // (Index clears it before a write and adds it to the write's kPoolFull status).
   static bool file_system_was_full();
   static void forget_file_system_full();
-  uint64_t allocated_bytes() const { return allocated_bytes_.load(std::memory_order_relaxed); }
+  // Builds every slab record not yet built since the open first (read_slab).
+  uint64_t allocated_bytes();
   // Reserved and neither published nor given back (cancel): zero whenever no operation is
   // in flight and no scheme holds blocks back (SpareBlocks' stock is marked, so published).
   // A leak detector for tests.
@@ -176,6 +178,9 @@ class Allocator {
   uint64_t* meta_word(uint64_t off, uint64_t size, uint64_t* bit) const;
   uint64_t* set_allocated(const Reservation& r);  // the bit (or chunk word) set; its word
   void build_dram_state();
+  void read_slab(uint64_t c);          // under its class lock
+  void read_slab_of(uint64_t c);       // no allocator lock held
+  bool read_next_slab(SizeClass& sc);  // under sc's lock
 
   Pool& pool_;
   uint64_t chunk_, nchunks_, heap_off_, table_off_, bitmap_off_, lanes_off_;
@@ -192,6 +197,9 @@ class Allocator {
   std::unique_ptr<std::atomic<bool>[]> lane_busy_;
   std::atomic<bool> unflushed_{false};
   std::unique_ptr<std::atomic<uint8_t>[]> unflushed_chunks_;  // unmark() cleared a bit there
+  // Per chunk: 1 + the size class of a slab from before this open whose record is not built
+  // yet (build_dram_state, read_slab); 0 otherwise.
+  std::unique_ptr<std::atomic<uint8_t>[]> unread_;
   std::atomic<uint64_t> swept_{0};
   mutable std::mutex last_swept_mu_;
   std::vector<uint64_t> last_swept_;
