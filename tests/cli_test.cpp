@@ -1,12 +1,15 @@
 // The pmhash command-line tool, run as a separate process.
 #if defined(PMHASH_CLI)
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -350,6 +353,69 @@ TEST(Cli, ImportStoresTheWholeDumpOrLeavesNoPool) {
   std::vector<std::pair<std::string, std::string>> big;
   for (int i = 0; i < 100; ++i) big.emplace_back("k" + std::to_string(i), std::string(60000, 'v'));
   refused(dump_of(big), "no pool left");  // 6 MB of values into a 4 MiB pool
+}
+
+// `pmhash import DUMP POOL ...` as a child process (output discarded); its pid.
+pid_t spawn_import(const std::string& dump, const std::string& pool) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(PMHASH_CLI, "pmhash", "import", dump.c_str(), pool.c_str(), "--scheme", "lineht",
+          "--format", "fixed", "--pool-size", "268435456", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Kills an import of a large dump with `sig` once its pool file exists (at the target, or
+// the temporary one); the import must have been still running.
+void kill_import_midway(const std::string& dump, const std::string& target, int sig) {
+  pid_t pid = spawn_import(dump, target);
+  ASSERT_GT(pid, 0);
+  std::string tmp = target + ".importing." + std::to_string(pid);
+  for (int i = 0; i < 30000 && access(target.c_str(), F_OK) != 0 && access(tmp.c_str(), F_OK) != 0;
+       ++i)
+    usleep(1000);
+  usleep(20000);  // some inserts done, most not
+  kill(pid, sig);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the import ended before the kill: make the dump larger";
+}
+
+// A killed import leaves no pool at its target (it left a partial pool that opened and
+// checked clean): the pool is built in POOL.importing.PID and renamed into place when
+// complete. SIGKILL leaves that file behind; SIGTERM removes it. An existing target is
+// refused and left as it was.
+TEST(Cli, AKilledImportLeavesNoPoolAtItsTarget) {
+  std::vector<std::pair<std::string, std::string>> items;
+  for (int i = 0; i < 1000000; ++i) items.emplace_back(make_key(i, true), make_key(i, true));
+  TempPool dump("dump"), target;
+  write_bytes(dump.path, dump_of(items, 0));
+  std::filesystem::path dir = std::filesystem::path(target.path).parent_path();
+  kill_import_midway(dump.path, target.path, SIGKILL);
+  EXPECT_NE(access(target.path.c_str(), F_OK), 0) << "a killed import left a pool";
+  EXPECT_NE(run("check " + target.path).exit_code, 0);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().string().starts_with(target.path + ".importing."))
+      left.push_back(e.path().string());
+  EXPECT_EQ(left.size(), 1u) << "SIGKILL leaves the temporary pool, named POOL.importing.PID";
+  for (const std::string& f : left) unlink(f.c_str());
+
+  kill_import_midway(dump.path, target.path, SIGTERM);
+  EXPECT_NE(access(target.path.c_str(), F_OK), 0) << "a killed import left a pool";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_FALSE(e.path().string().starts_with(target.path + ".")) << e.path() << " left";
+
+  fill(target.path, small_options("lineht", Format::kFixed), 10, false);
+  std::vector<char> before = read_file(target.path);
+  CliRun r = run("import " + dump.path + " " + target.path + " --scheme lineht");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("exists"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_file(target.path) == before) << "an import changed an existing pool";
 }
 
 }  // namespace

@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -249,65 +251,137 @@ std::string dump_items_refusal(
   return "";
 }
 
-int import_pool(const std::string& file, const std::string& path, Options o, bool format_given) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return fail("cannot read '" + file + "'");
-  std::string data((std::istreambuf_iterator<char>(in)), {});
-  auto bad = [&](const std::string& why) {
-    return fail("'" + file + "' is not a valid pmhash dump: " + why);
-  };
-  if (data.size() < 16 || std::memcmp(data.data(), kDumpMagic, 8) != 0) return bad("no dump magic");
+struct Dump {
+  std::string data;  // the file's bytes: items point into it
+  Format format = Format::kFixed;
+  std::vector<std::pair<std::string_view, std::string_view>> items;
+};
+
+// Reads and validates the whole dump (nothing is created before); "" or why it is invalid.
+std::string read_dump(std::ifstream& in, Dump* d) {
+  d->data.assign(std::istreambuf_iterator<char>(in), {});
+  const std::string& data = d->data;
+  if (data.size() < 16 || std::memcmp(data.data(), kDumpMagic, 8) != 0) return "no dump magic";
   uint32_t version, fmt;
   std::memcpy(&version, data.data() + 8, 4);
   std::memcpy(&fmt, data.data() + 12, 4);
-  if (version != kDumpVersion) return bad("unsupported version " + std::to_string(version));
-  // Validate the whole dump before creating anything.
-  std::vector<std::pair<std::string_view, std::string_view>> items;
-  size_t pos = 16;
-  for (;;) {
-    if (pos + 8 > data.size()) return bad("truncated");
+  if (version != kDumpVersion) return "unsupported version " + std::to_string(version);
+  for (size_t pos = 16;;) {
+    if (pos + 8 > data.size()) return "truncated";
     uint32_t kl, vl;
     std::memcpy(&kl, data.data() + pos, 4);
     std::memcpy(&vl, data.data() + pos + 4, 4);
     pos += 8;
     if (kl == kEnd) {
       uint64_t n;
-      if (pos + 8 != data.size()) return bad("truncated or trailing bytes");
+      if (pos + 8 != data.size()) return "truncated or trailing bytes";
       std::memcpy(&n, data.data() + pos, 8);
-      if (n != items.size()) return bad("item count does not match");
+      if (n != d->items.size()) return "item count does not match";
       break;
     }
-    if (pos + uint64_t{kl} + vl > data.size()) return bad("truncated");
-    items.emplace_back(std::string_view(data.data() + pos, kl),
-                       std::string_view(data.data() + pos + kl, vl));
+    if (pos + uint64_t{kl} + vl > data.size()) return "truncated";
+    d->items.emplace_back(std::string_view(data.data() + pos, kl),
+                          std::string_view(data.data() + pos + kl, vl));
     pos += uint64_t{kl} + vl;
   }
-  if (fmt > 1) return bad("unknown pool format " + std::to_string(fmt));
-  if (access(path.c_str(), F_OK) == 0)
-    return fail("'" + path + "' exists: import creates a new pool");
-  bool all_8_8 = std::all_of(items.begin(), items.end(), [](const auto& kv) {
+  if (fmt > 1) return "unknown pool format " + std::to_string(fmt);
+  d->format = static_cast<Format>(fmt);
+  return "";
+}
+
+// The temporary pool an import builds and renames into place ("POOL.importing.PID", beside
+// POOL: the rename stays in one file system). A signal that ends the import removes it;
+// SIGKILL or a power loss leaves it (docs/cli.md).
+char g_import_tmp[4096];
+
+void remove_import_tmp_and_exit(int sig) {
+  unlink(g_import_tmp);  // async-signal-safe
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+std::string start_import_tmp(const std::string& path) {
+  std::string tmp = path + ".importing." + std::to_string(getpid());
+  if (tmp.size() >= sizeof g_import_tmp) return "";
+  unlink(tmp.c_str());  // a killed import's, under a PID now ours: no live process owns it
+  std::memcpy(g_import_tmp, tmp.c_str(), tmp.size() + 1);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, remove_import_tmp_and_exit);
+  return tmp;
+}
+
+bool fsync_path(const std::string& p, int flags) {
+  int fd = ::open(p.c_str(), flags | O_RDONLY | O_CLOEXEC);
+  bool ok = fd >= 0 && fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  return ok;
+}
+
+// Moves the finished pool to `path`, never over an existing file (renameat2's
+// RENAME_NOREPLACE; link + unlink where the file system lacks it), and makes the new name
+// durable. "" or why not.
+std::string publish_pool(const std::string& tmp, const std::string& path) {
+  if (!fsync_path(tmp, 0)) return "cannot sync '" + tmp + "': " + std::strerror(errno);
+  int rc = renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && errno == EINVAL && (rc = link(tmp.c_str(), path.c_str())) == 0)
+    unlink(tmp.c_str());
+  if (rc != 0)
+    return errno == EEXIST
+               ? "'" + path + "' appeared meanwhile: import creates a new pool"
+               : "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  fsync_path(dir.empty() ? "." : dir, O_DIRECTORY);  // best effort: the pool is in place
+  return "";
+}
+
+// The items inserted into a new pool at `tmp`, closed cleanly; "" or why not.
+std::string build_pool(const std::string& tmp, const Options& o, const Dump& d) {
+  std::unique_ptr<Index> idx;
+  Status s = Index::open(tmp, o, &idx);
+  for (size_t i = 0; s.ok() && i < d.items.size(); ++i)
+    s = idx->insert(d.items[i].first, d.items[i].second);
+  if (s.ok()) s = idx->close();
+  return s.ok() ? "" : s.to_string();
+}
+
+// Without --format: fixed if every item is 8/8, else variable; "" or why the items do not
+// fit the format.
+std::string choose_format(const Dump& d, bool format_given, Options* o) {
+  bool all_8_8 = std::all_of(d.items.begin(), d.items.end(), [](const auto& kv) {
     return kv.first.size() == 8 && kv.second.size() == 8;
   });
-  if (!format_given && !all_8_8) o.format = Format::kVariable;  // variable items need it
-  if (o.format == Format::kFixed && !all_8_8)
-    return fail("--format fixed: the dump holds items that are not 8-byte keys and values");
-  std::string why = dump_items_refusal(items, o.format);
-  if (!why.empty()) return bad(why);
-  if (!o.capacity_hint) o.capacity_hint = items.size();
-  std::unique_ptr<Index> idx;
-  Status s = Index::open(path, o, &idx);
-  if (!s.ok()) return fail(s.to_string());
-  for (auto& [k, v] : items) {
-    s = idx->insert(k, v);
-    if (!s.ok()) {  // e.g. the pool is full: leave no partial pool behind
-      idx.reset();
-      unlink(path.c_str());
-      return fail("import stopped, no pool left at '" + path + "': " + s.to_string());
-    }
+  if (!format_given && !all_8_8) o->format = Format::kVariable;  // variable items need it
+  if (o->format == Format::kFixed && !all_8_8)
+    return "--format fixed: the dump holds items that are not 8-byte keys and values";
+  return "";
+}
+
+// The pool is built in a temporary file and renamed to POOL only once complete and closed
+// cleanly: a failed or killed import leaves no pool at POOL (docs/cli.md).
+int import_pool(const std::string& file, const std::string& path, Options o, bool format_given) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return fail("cannot read '" + file + "'");
+  Dump d;
+  std::string why = read_dump(in, &d);
+  if (!why.empty()) return fail("'" + file + "' is not a valid pmhash dump: " + why);
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0)
+    return fail("'" + path + "' exists: import creates a new pool");
+  why = choose_format(d, format_given, &o);
+  if (!why.empty()) return fail(why);
+  why = dump_items_refusal(d.items, o.format);
+  if (!why.empty()) return fail("'" + file + "' is not a valid pmhash dump: " + why);
+  if (!o.capacity_hint) o.capacity_hint = d.items.size();
+  std::string tmp = start_import_tmp(path);
+  if (tmp.empty()) return fail("'" + path + "': path too long");
+  why = build_pool(tmp, o, d);
+  if (why.empty()) why = publish_pool(tmp, path);
+  if (!why.empty()) {
+    unlink(tmp.c_str());
+    return fail("import stopped, no pool left at '" + path + "': " + why);
   }
-  std::printf("imported %zu items into %s (%s, %s)\n", items.size(), path.c_str(), o.scheme.c_str(),
-              format_name(o.format));
-  return idx->close().ok() ? 0 : 1;
+  std::printf("imported %zu items into %s (%s, %s)\n", d.items.size(), path.c_str(),
+              o.scheme.c_str(), format_name(o.format));
+  return 0;
 }
 
 }  // namespace
