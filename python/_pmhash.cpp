@@ -104,7 +104,7 @@ class Table {
   bool contains(const py::handle& k) {
     std::string key = as_bytes(k, "key"), value;
     Status s = call_status([&](Index& i) { return i.get(key, &value); });
-    if (s.code() == Code::kNotFound || s.code() == Code::kInvalidArgument) return false;
+    if (s.code() == Code::kNotFound) return false;  // a bad key raises, as get() does
     if (!s.ok()) raise(s);
     return true;
   }
@@ -220,10 +220,27 @@ class Table {
   std::shared_ptr<Index> idx_;
 };
 
-std::unique_ptr<Table> open_table(const std::string& path, const std::string& scheme, bool create,
-                                  const std::string& format, uint64_t pool_size,
+// A path: str, bytes or any os.PathLike (pathlib.Path), as os.fspath() takes it; a str is
+// encoded as os.fsencode() does. A NUL byte is refused (the file system would see a shorter
+// path).
+std::string as_path(const py::handle& h) {
+  py::object p = py::reinterpret_steal<py::object>(PyOS_FSPath(h.ptr()));
+  if (!p) throw py::error_already_set();  // TypeError naming the type
+  if (py::isinstance<py::str>(p)) {
+    p = py::reinterpret_steal<py::object>(PyUnicode_EncodeFSDefault(p.ptr()));
+    if (!p) throw py::error_already_set();
+  }
+  std::string path(p.cast<py::bytes>());
+  if (path.find('\0') != std::string::npos)
+    raise({Code::kInvalidArgument, "path contains a NUL byte"});
+  return path;
+}
+
+std::unique_ptr<Table> open_table(const py::handle& path_like, const std::string& scheme,
+                                  bool create, const std::string& format, uint64_t pool_size,
                                   const std::string& mode, uint64_t capacity_hint,
                                   const std::map<std::string, std::string>& params, bool prefault) {
+  std::string path = as_path(path_like);
   Options o;
   o.scheme = scheme;
   o.create = create;

@@ -1,6 +1,7 @@
 """Tests of the Python module (run by `make test` through ctest)."""
 
 import os
+import pathlib
 import threading
 
 import pytest
@@ -113,7 +114,8 @@ def test_bad_input_raises_and_loses_nothing(pool_path):
             t[b""] = b"abcdefgh"
         with pytest.raises(pmhash.InvalidArgumentError):
             t[b"short"] = b"abcdefgh"  # a fixed pool holds 8-byte keys and values
-        assert b"short" not in t
+        with pytest.raises(pmhash.InvalidArgumentError):
+            b"short" in t  # a bad key is an error, not absent (see below)
         # The pool is open: a second open is refused.
         with pytest.raises(pmhash.PoolBusyError):
             pmhash.open(pool_path, format="fixed")
@@ -180,3 +182,43 @@ def test_prefault_backs_the_whole_pool(pool_path):
         assert os.stat(pool_path).st_blocks * 512 >= SMALL
     with pmhash.open(pool_path, scheme="lineht", create=False) as t:
         assert t[key(1, "fixed")] == value(1, "fixed")
+
+
+@pytest.mark.parametrize("fmt", ["fixed", "variable"])
+def test_in_raises_for_a_key_get_refuses(pool_path, fmt):
+    # `in` answered False for a key the table cannot hold, where get() and t[key] raise:
+    # a bad key is an error, not an absent key.
+    bad_keys = [b"short", b"123456789"] if fmt == "fixed" else [b"", b"k" * 5000]
+    with pmhash.open(pool_path, format=fmt, pool_size=SMALL) as t:
+        t[key(1, fmt)] = value(1, fmt)
+        for bad in bad_keys:
+            with pytest.raises(pmhash.InvalidArgumentError) as from_get:
+                t.get(bad)
+            with pytest.raises(pmhash.InvalidArgumentError) as from_in:
+                bad in t
+            assert str(from_in.value) == str(from_get.value)
+            with pytest.raises(pmhash.InvalidArgumentError):
+                t[bad]
+        assert key(1, fmt) in t and key(2, fmt) not in t
+
+
+class _PathLike:
+    def __init__(self, path):
+        self.path = path
+
+    def __fspath__(self):
+        return self.path
+
+
+def test_open_takes_any_path_like(pool_path):
+    # pathlib.Path was refused ("incompatible function arguments") where a str was taken.
+    with pmhash.open(pathlib.Path(pool_path), pool_size=SMALL) as t:
+        t[key(1, "fixed")] = value(1, "fixed")
+    for p in (pathlib.Path(pool_path), os.fsencode(pool_path), _PathLike(pool_path),
+              _PathLike(os.fsencode(pool_path))):
+        with pmhash.open(p, create=False) as t:
+            assert t[key(1, "fixed")] == value(1, "fixed")
+    with pytest.raises(TypeError):
+        pmhash.open(42)
+    with pytest.raises(pmhash.InvalidArgumentError):  # not the shorter path before the NUL
+        pmhash.open(pool_path + "\0.other", create=False)
