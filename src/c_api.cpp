@@ -27,6 +27,12 @@ int fail(const pmhash::Status& s, char* err, size_t err_len) {
   return static_cast<int>(s.code());
 }
 
+// Success empties err: no earlier call's message stays there to be mistaken for this one's.
+int succeed(char* err, size_t err_len) {
+  if (err != nullptr && err_len > 0) err[0] = '\0';
+  return 0;
+}
+
 int invalid(const char* what, char* err = nullptr, size_t err_len = 0) {
   return fail({pmhash::Code::kInvalidArgument, std::string(what) + " is NULL"}, err, err_len);
 }
@@ -62,7 +68,7 @@ int pmhash_open(const char* path, const pmhash_options* o, pmhash_index** out, c
   pmhash::Status s = pmhash::Index::open(path, opt, &h->index);
   if (!s.ok()) return fail(s, err, err_len);
   *out = h.release();
-  return 0;
+  return succeed(err, err_len);
 }
 
 int pmhash_insert(pmhash_index* t, const void* k, size_t kl, const void* v, size_t vl) {
@@ -131,6 +137,17 @@ uint64_t pmhash_size(const pmhash_index* t) {
   return t == nullptr ? 0 : t->index->size();
 }
 
+// Index::size() answers 0 on a closed index; is_closed() tells that from empty (a close
+// that began after the count is concurrent with this call: closed is a valid answer).
+int pmhash_count(const pmhash_index* t, uint64_t* size) {
+  if (size != nullptr) *size = 0;
+  if (t == nullptr || size == nullptr) return invalid("an argument");
+  uint64_t n = t->index->size();
+  if (n == 0 && t->index->is_closed()) return PMHASH_CLOSED;
+  *size = n;
+  return 0;
+}
+
 uint32_t pmhash_partitions(const pmhash_index* t) {
   return t == nullptr ? 1 : t->index->partitions();
 }
@@ -148,7 +165,7 @@ static_assert(PMHASH_NO_PARTITION == pmhash::Index::kNoPartition);
 int pmhash_check(pmhash_index* t, char* err, size_t err_len) {
   if (t == nullptr) return invalid("index", err, err_len);
   pmhash::Status s = t->index->check();
-  return s.ok() ? 0 : fail(s, err, err_len);
+  return s.ok() ? succeed(err, err_len) : fail(s, err, err_len);
 }
 
 int pmhash_shutdown(pmhash_index* t) {

@@ -124,5 +124,35 @@ TEST(CApi, GetManyAnswersEachKeyAsGetDoes) {
   EXPECT_EQ(pmhash_close(t), 0);
 }
 
+// A successful open (and check) empties err: it kept an earlier failure's message. A
+// closed index's size is an error, as every other call's: pmhash_size answers 0, as for an
+// empty index; pmhash_count says PMHASH_CLOSED.
+TEST(CApi, SuccessClearsErrAndCountReportsAClosedIndex) {
+  TempPool p;
+  pmhash_options o = variable_options("lineht");
+  pmhash_index* t = nullptr;
+  char err[256] = "an earlier call's message";
+  ASSERT_EQ(pmhash_open(p.path.c_str(), &o, &t, err, sizeof err), 0) << err;
+  EXPECT_STREQ(err, "");
+  std::strcpy(err, "stale");
+  EXPECT_EQ(pmhash_check(t, err, sizeof err), 0);
+  EXPECT_STREQ(err, "");
+  uint64_t n = 99;
+  EXPECT_EQ(pmhash_count(t, &n), PMHASH_OK);
+  EXPECT_EQ(n, 0u);  // empty, and open
+  ASSERT_EQ(pmhash_insert(t, "k", 1, "v", 1), PMHASH_OK);
+  EXPECT_EQ(pmhash_count(t, &n), PMHASH_OK);
+  EXPECT_EQ(n, 1u);
+  EXPECT_EQ(pmhash_count(t, nullptr), PMHASH_INVALID_ARGUMENT);
+  EXPECT_EQ(pmhash_count(nullptr, &n), PMHASH_INVALID_ARGUMENT);
+  EXPECT_EQ(n, 0u);
+  ASSERT_EQ(pmhash_shutdown(t), PMHASH_OK);
+  n = 99;
+  EXPECT_EQ(pmhash_count(t, &n), PMHASH_CLOSED);
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(pmhash_size(t), 0u);  // documented: pmhash_count tells this from empty
+  EXPECT_EQ(pmhash_close(t), PMHASH_OK);
+}
+
 }  // namespace
 }  // namespace pmhash::testing

@@ -31,8 +31,8 @@ typedef struct pmhash_options {
   uint64_t capacity_hint; /* expected keys (0: none) */
 } pmhash_options;
 
-/* err (may be NULL) receives a message on failure. A NULL path, out, index, key or value
- * pointer (with a non-zero length) gets PMHASH_INVALID_ARGUMENT. */
+/* err (may be NULL) receives a message on failure, the empty string on success. A NULL path, out,
+ * index, key or value pointer (with a non-zero length) gets PMHASH_INVALID_ARGUMENT. */
 int pmhash_open(const char* path, const pmhash_options* options, pmhash_index** out, char* err,
                 size_t err_len);
 int pmhash_insert(pmhash_index* t, const void* key, size_t key_len, const void* value,
@@ -56,7 +56,11 @@ int pmhash_get(pmhash_index* t, const void* key, size_t key_len, void* buf, size
 int pmhash_get_many(pmhash_index* t, size_t n, const void* const* keys, const size_t* key_lens,
                     void* const* bufs, const size_t* caps, size_t* lens, int* codes);
 int pmhash_remove(pmhash_index* t, const void* key, size_t key_len);
+/* The live keys; 0 also for a closed index or a NULL t (pmhash_count tells them apart). */
 uint64_t pmhash_size(const pmhash_index* t);
+/* The live keys into *size, reporting errors as the other calls do: 0, PMHASH_CLOSED after
+ * pmhash_shutdown (*size 0), PMHASH_INVALID_ARGUMENT for a NULL t or size. */
+int pmhash_count(const pmhash_index* t, uint64_t* size);
 /* Routing keys to threads (Index::partitions/owner/partition in index.hpp): the number of
  * partitions, the one owning a key, and the calling thread's (PMHASH_NO_PARTITION: none).
  * An index without partitions answers 1, 0 and 0; a NULL t 1, 0 and PMHASH_NO_PARTITION. */
@@ -64,6 +68,7 @@ uint64_t pmhash_size(const pmhash_index* t);
 uint32_t pmhash_partitions(const pmhash_index* t);
 uint32_t pmhash_owner(const pmhash_index* t, const void* key, size_t key_len);
 uint32_t pmhash_partition(const pmhash_index* t);
+/* err as for pmhash_open: a message on failure, the empty string on success. */
 int pmhash_check(pmhash_index* t, char* err, size_t err_len);
 /* Shuts the index down while other threads may still be calling it: their calls in flight
  * finish, later calls return PMHASH_CLOSED; t stays allocated until pmhash_close(). */
