@@ -355,14 +355,31 @@ TEST_P(TurboHashTest, ReadersAndWritersDuringSameSizeRehashes) {
   EXPECT_TRUE(idx->check().ok());
 }
 
-TEST(TurboHashLayout, RejectsBadParameters) {
+// The message names the parameter, the value given and the range (as the other schemes'
+// do; it said "'buckets' (initial buckets per shard) invalid", without the value).
+TEST(TurboHashLayout, RejectsBadParametersNamingTheValueAndTheRange) {
   TempPool p;
   Options o = small_options("turbohash", Format::kFixed);
   std::unique_ptr<Index> idx;
-  for (auto bad : std::vector<std::map<std::string, std::string>>{
-           {{"shards", "0"}}, {{"buckets", "x"}}, {{"scope", "0"}}, {{"shards", "-4"}}}) {
-    o.params = bad;
-    EXPECT_EQ(Index::open(p.path, o, &idx).code(), Code::kInvalidArgument);
+  struct Bad {
+    const char* name;
+    const char* value;
+    std::string range;
+  };
+  const std::string buckets = "[1, " + std::to_string(turbohash::kMaxShardBuckets / 2) + "]";
+  for (const Bad& b : std::vector<Bad>{{"shards", "0", "[1, 16777216]"},
+                                       {"shards", "-4", "[1, 16777216]"},
+                                       {"shards", "16777217", "[1, 16777216]"},
+                                       {"buckets", "x", buckets},
+                                       {"buckets", "0", buckets},
+                                       {"scope", "0", "[1, 1024]"},
+                                       {"scope", "2000", "[1, 1024]"}}) {
+    o.params = {{b.name, b.value}};
+    Status s = Index::open(p.path, o, &idx);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find(std::string(b.name) + "='" + b.value + "'"), std::string::npos)
+        << s.to_string();
+    EXPECT_NE(s.message().find(b.range), std::string::npos) << s.to_string();
   }
 }
 

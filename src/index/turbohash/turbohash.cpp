@@ -73,12 +73,10 @@ Status TurboHash::layout(const Options& o, const common::Params& p, common::Para
   uint64_t def_shards = 1;
   while (def_shards * 16 < want_buckets && def_shards < (1u << 20)) def_shards <<= 1;
   uint64_t shards, buckets, scope;
-  if (!p.get_u64("shards", def_shards, &shards) || shards == 0 || shards > (1u << 24))
-    return {Code::kInvalidArgument, "turbohash: 'shards' must be 1..16777216"};
-  if (!p.get_u64("buckets", 16, &buckets) || buckets == 0 || buckets > kMaxShardBuckets / 2)
-    return {Code::kInvalidArgument, "turbohash: 'buckets' (initial buckets per shard) invalid"};
-  if (!p.get_u64("scope", 16, &scope) || scope == 0 || scope > 1024)
-    return {Code::kInvalidArgument, "turbohash: 'scope' (probing scope) must be 1..1024"};
+  Status s = p.get_u64("turbohash", "shards", def_shards, 1, 1u << 24, &shards);
+  if (s.ok()) s = p.get_u64("turbohash", "buckets", 16, 1, kMaxShardBuckets / 2, &buckets);
+  if (s.ok()) s = p.get_u64("turbohash", "scope", 16, 1, 1024, &scope);
+  if (!s.ok()) return s;
   layout->set("shards", std::to_string(shards));
   layout->set("buckets", std::to_string(buckets));
   layout->set("scope", std::to_string(scope));
