@@ -355,6 +355,37 @@ TEST(Cli, ImportStoresTheWholeDumpOrLeavesNoPool) {
   refused(dump_of(big), "no pool left");  // 6 MB of values into a 4 MiB pool
 }
 
+// Without --format, import keeps the format the dump records: an emptied variable pool, or
+// one holding only 8-byte keys and values, came back fixed (the format was inferred from the
+// items). A dump recording fixed whose items are not all 8/8 (not one export writes) is
+// refused, naming --format variable.
+TEST(Cli, ImportKeepsTheFormatTheDumpRecords) {
+  for (int n : {0, 20}) {
+    SCOPED_TRACE(n);
+    TempPool src, dst, dump("dump");
+    Options o = small_options("lineht", Format::kVariable);
+    {
+      std::unique_ptr<Index> idx;
+      ASSERT_TRUE(Index::open(src.path, o, &idx).ok());
+      ASSERT_TRUE(idx->insert("a longer key", "a longer value").ok());
+      ASSERT_TRUE(idx->remove("a longer key").ok());  // emptied of its variable items
+      for (int i = 0; i < n; ++i) ASSERT_TRUE(idx->insert(make_key(i, true), "8 bytes!").ok());
+    }
+    CliRun r = run("export " + src.path + " " + dump.path);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    r = run("import " + dump.path + " " + dst.path + " --scheme lineht");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("variable"), std::string::npos) << r.out;
+    EXPECT_EQ(contents(dst.path, o), contents(src.path, o));
+  }
+  TempPool dump("dump"), none;
+  write_bytes(dump.path, dump_of({{"a", "1"}}, 0));
+  CliRun r = run("import " + dump.path + " " + none.path + " --scheme lineht");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("--format variable"), std::string::npos) << r.out;
+  EXPECT_NE(access(none.path.c_str(), F_OK), 0) << "a refused import left a pool";
+}
+
 // `pmhash import DUMP POOL ...` as a child process (output discarded); its pid.
 pid_t spawn_import(const std::string& dump, const std::string& pool) {
   pid_t pid = fork();

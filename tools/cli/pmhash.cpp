@@ -343,15 +343,17 @@ std::string build_pool(const std::string& tmp, const Options& o, const Dump& d) 
   return s.ok() ? "" : s.to_string();
 }
 
-// Without --format: fixed if every item is 8/8, else variable; "" or why the items do not
-// fit the format.
+// Without --format the pool takes the format the dump records (every dump export wrote
+// records it), so an emptied variable pool stays variable; "" or why the items do not fit.
 std::string choose_format(const Dump& d, bool format_given, Options* o) {
+  if (!format_given) o->format = d.format;
   bool all_8_8 = std::all_of(d.items.begin(), d.items.end(), [](const auto& kv) {
     return kv.first.size() == 8 && kv.second.size() == 8;
   });
-  if (!format_given && !all_8_8) o->format = Format::kVariable;  // variable items need it
   if (o->format == Format::kFixed && !all_8_8)
-    return "--format fixed: the dump holds items that are not 8-byte keys and values";
+    return format_given ? "--format fixed: the dump holds items that are not 8-byte keys and values"
+                        : "the dump records the fixed format but holds items that are not 8-byte "
+                          "keys and values (--format variable imports them)";
   return "";
 }
 
