@@ -322,7 +322,8 @@ bool fsync_path(const std::string& p, int flags) {
 std::string publish_pool(const std::string& tmp, const std::string& path) {
   if (!fsync_path(tmp, 0)) return "cannot sync '" + tmp + "': " + std::strerror(errno);
   int rc = renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
-  if (rc != 0 && errno == EINVAL && (rc = link(tmp.c_str(), path.c_str())) == 0)
+  if (rc != 0 && (errno == EINVAL || errno == ENOSYS) &&
+      (rc = link(tmp.c_str(), path.c_str())) == 0)
     unlink(tmp.c_str());
   if (rc != 0)
     return errno == EEXIST
@@ -343,8 +344,8 @@ std::string build_pool(const std::string& tmp, const Options& o, const Dump& d) 
   return s.ok() ? "" : s.to_string();
 }
 
-// Without --format the pool takes the format the dump records (every dump export wrote
-// records it), so an emptied variable pool stays variable; "" or why the items do not fit.
+// Without --format the pool takes the format the dump records (export has always written
+// it), so an emptied variable pool stays variable; "" or why the items do not fit.
 std::string choose_format(const Dump& d, bool format_given, Options* o) {
   if (!format_given) o->format = d.format;
   bool all_8_8 = std::all_of(d.items.begin(), d.items.end(), [](const auto& kv) {
