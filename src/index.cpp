@@ -570,9 +570,9 @@ Status Index::remove(std::string_view key) {
 }
 
 // size() and for_each() report only what a crash keeps: LineHT's and TurboHash's walks flush
-// the commit words of writes in flight (pm::load_flushed), and the answer waits for one
-// fence if the walk flushed anything; SmartHT and WOPHI read under their writers' locks.
-// HDNH and PMEH do not yet (docs/design.md).
+// the commit words of writes in flight (pm::load_flushed), HDNH's and PMEH's the buckets
+// their writers hold (pm::flush_reported), and the answer waits for one fence if the walk
+// flushed anything; SmartHT and WOPHI read under their writers' locks (docs/design.md).
 static void fence_if_flushed_since(const pm::Pool& pool, uint64_t flushes) {
   if (pm::tls_counters.flushes != flushes) pool.persister().fence();
 }

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 
 #include "pm/persist.hpp"
@@ -46,6 +47,26 @@ inline uint64_t load_flushed(const Persister& p, const uint64_t* word, uint64_t 
       std::atomic_ref<uint64_t>(const_cast<uint64_t&>(*word)).load(std::memory_order_acquire);
   if (v & mark) p.flush(word, sizeof *word);
   return v & ~mark;
+}
+
+// For a walk whose writers show a write in flight by a bit held from before their first PM
+// store until after their persist (HDNH's OCF busy bits, PMEH's bucket locks) instead of a
+// mark in the commit word: a walk that finds that bit set after reading a bucket flushes the
+// bucket's commit word and the slots it reports from the bucket (bit i of `reported`: slot
+// i; an in-place update commits through a slot's value word), each line once; no fence, as
+// load_flushed. Slots must not straddle a line.
+template <class Slot>
+inline void flush_reported(const Persister& p, const uint64_t* commit_word, const Slot* slots,
+                           uint32_t reported) {
+  auto line = [](const void* a) { return reinterpret_cast<uintptr_t>(a) / kCacheLine; };
+  p.flush(commit_word, sizeof *commit_word);
+  uintptr_t flushed = line(commit_word);
+  for (; reported != 0; reported &= reported - 1) {
+    const Slot* s = &slots[std::countr_zero(reported)];
+    if (line(s) == flushed) continue;  // slots ascend: a line's slots are consecutive
+    p.flush(s, sizeof *s);
+    flushed = line(s);
+  }
 }
 
 }  // namespace pmhash::pm

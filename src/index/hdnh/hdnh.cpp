@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "index/hdnh/detail.hpp"
+#include "pm/publish.hpp"
 
 namespace pmhash::hdnh {
 
@@ -402,14 +403,30 @@ void Hdnh::for_each_reachable(const std::function<void(uint64_t off)>& fn) const
   for_each([&](const Slot& s) { fn(s.value); });
 }
 
-// The caller holds a read-side section: a resize may free the level.
+// The caller holds a read-side section: a resize may free the level. A reader never sees
+// what a crash can take back: where a write is in flight in the bucket, the bitmap and the
+// reported slots are flushed, and Index fences once before it answers (pm::flush_reported).
 void Hdnh::walk_buckets(const Level& l, uint64_t first, uint64_t end,
                         const std::function<void(const Slot&)>& fn) const {
   for (uint64_t b = first; b < end; ++b) {
     if (!bucket_live(l, b)) continue;
-    for (uint64_t bits = load_word(l.buckets[b].bitmap) & 0xFF; bits; bits &= bits - 1)
-      fn(common::load_slot(l.buckets[b].slots[std::countr_zero(bits)]));
+    const Bucket& bk = l.buckets[b];
+    auto bits = static_cast<uint32_t>(load_word(bk.bitmap) & 0xFF);
+    for (uint32_t m = bits; m; m &= m - 1) fn(common::load_slot(bk.slots[std::countr_zero(m)]));
+    if (write_in_flight(l, b)) pm::flush_reported(pool_.persister(), &bk.bitmap, bk.slots, bits);
   }
+}
+
+// Whether a writer holds a slot of bucket b, read after the bucket's PM words: a slot's
+// opmap bit (§3.6) is set before its writer's first PM store (slot, bitmap, or the value
+// word of an update in a full bucket; a resize's claimed new-top slots) and cleared after
+// that write is persisted, so a PM word the walk read from a write not yet persisted shows
+// its writer's bit here (acquire loads of release stores and RMWs). get() never meets such
+// a write: it reads the OCF, released only after the persist, and waits for a held slot.
+bool Hdnh::write_in_flight(const Level& l, uint64_t b) const {
+  for (int s = 0; s < kSlots; ++s)
+    if (ocf::busy(l.ocf[b * kSlots + s].load(std::memory_order_acquire))) return true;
+  return false;
 }
 
 // One section for the whole walk, over one level set.

@@ -116,6 +116,7 @@ class Hdnh final : public Scheme {
  private:
   void walk_buckets(const Level& l, uint64_t first, uint64_t end,
                     const std::function<void(const common::Slot&)>& fn) const;
+  bool write_in_flight(const Level& l, uint64_t b) const;
   struct Hashed {
     uint64_t h1, h2, kw;
     uint8_t fp;

@@ -7,6 +7,8 @@
 #include <thread>
 #include <unordered_set>
 
+#include "pm/publish.hpp"
+
 namespace pmhash::pmeh {
 
 using common::load_word;
@@ -367,11 +369,26 @@ uint64_t Pmeh::size() const {
     uint64_t meta = load_word(s->meta);
     Bucket* bs = buckets(s);
     std::vector<uint32_t> live = live_alloc(s);
-    for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
+    for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
       for (uint32_t a = live[i]; a; a &= a - 1)
         n += covers(meta, items_.slot_hash(load_word(bs[i].slots[std::countr_zero(a)].key)));
+      // The count rests on the allocation bits; a counted slot's key was persisted before
+      // its bit was set, and an in-place update changes only a value.
+      flush_if_written(bs[i], 0);
+    }
   }
   return n;
+}
+
+// size() and for_each() report only what a crash keeps. Every write into a bucket holds its
+// lock bit from before its first store to after its persist — the zone owner's lock-free
+// writes too (lock_bucket) — so a bucket word or slot the walk read from a write not yet
+// persisted shows the bit here, read after them (acquire loads of release stores). Then the
+// bucket's word and the reported slots (bit i: slot i) are flushed, and Index fences once
+// before it answers (pm::flush_reported). get() instead retries while a bucket is locked.
+void Pmeh::flush_if_written(const Bucket& b, uint32_t reported) const {
+  if (load_word(b.word0) & word::kLock)
+    pm::flush_reported(pool_.persister(), &b.word0, b.slots, reported);
 }
 
 uint64_t Pmeh::stale_overflow_entries() const {
@@ -540,11 +557,13 @@ bool Pmeh::for_each_in_pieces(const std::function<void(const Slot&)>& fn,
       uint64_t meta = load_word(s->meta);
       Bucket* bs = buckets(s);
       std::vector<uint32_t> live = live_alloc(s);  // as in size()
-      for (uint64_t i = 0; i < nbuckets_ + kStash; ++i)
+      for (uint64_t i = 0; i < nbuckets_ + kStash; ++i) {
         for (uint32_t a = live[i]; a; a &= a - 1) {
           Slot sl = common::load_slot(bs[i].slots[std::countr_zero(a)]);
           if (covers(meta, items_.slot_hash(sl.key))) fn(sl);
         }
+        flush_if_written(bs[i], live[i]);  // as in size(), the values too
+      }
     }
     piece_done();
   }

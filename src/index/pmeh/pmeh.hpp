@@ -166,7 +166,8 @@ class Pmeh final : public Scheme {
   void recover();                 // §III-F at construction: every zone's split record
   void free_old_directories(uint64_t k);
   std::vector<uint64_t> distinct_segments() const;
-  void sweep_walk(const std::function<void(uint64_t off)>& fn);  // recovery.cpp
+  void flush_if_written(const Bucket& b, uint32_t reported) const;  // for size(), for_each()
+  void sweep_walk(const std::function<void(uint64_t off)>& fn);     // recovery.cpp
 
   pm::Pool& pool_;
   pm::Allocator& alloc_;
