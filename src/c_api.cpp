@@ -137,15 +137,10 @@ uint64_t pmhash_size(const pmhash_index* t) {
   return t == nullptr ? 0 : t->index->size();
 }
 
-// Index::size() answers 0 on a closed index; is_closed() tells that from empty (a close
-// that began after the count is concurrent with this call: closed is a valid answer).
 int pmhash_count(const pmhash_index* t, uint64_t* size) {
   if (size != nullptr) *size = 0;
   if (t == nullptr || size == nullptr) return invalid("an argument");
-  uint64_t n = t->index->size();
-  if (n == 0 && t->index->is_closed()) return PMHASH_CLOSED;
-  *size = n;
-  return 0;
+  return static_cast<int>(t->index->count(size).code());
 }
 
 uint32_t pmhash_partitions(const pmhash_index* t) {

@@ -578,11 +578,18 @@ static void fence_if_flushed_since(const pm::Pool& pool, uint64_t flushes) {
 }
 
 uint64_t Index::size() const {
-  PMHASH_ENTER(0);
-  uint64_t f0 = pm::tls_counters.flushes;
-  uint64_t n = impl_->scheme->size();
-  fence_if_flushed_since(*impl_->pool, f0);
+  uint64_t n = 0;
+  (void)count(&n);  // 0 when refused
   return n;
+}
+
+Status Index::count(uint64_t* n) const {
+  *n = 0;
+  PMHASH_ENTER(refused_status(*impl_));
+  uint64_t f0 = pm::tls_counters.flushes;
+  *n = impl_->scheme->size();
+  fence_if_flushed_since(*impl_->pool, f0);
+  return Status::Ok();
 }
 
 // Pure functions of the open's configuration (the scheme object lives until ~Index): no

@@ -1,8 +1,10 @@
 // The C API mirrors the C++ one (FFI users: Python, Rust, Go, ...).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "pmhash/pmhash.h"
 #include "test_util.hpp"
@@ -152,6 +154,39 @@ TEST(CApi, SuccessClearsErrAndCountReportsAClosedIndex) {
   EXPECT_EQ(n, 0u);
   EXPECT_EQ(pmhash_size(t), 0u);  // documented: pmhash_count tells this from empty
   EXPECT_EQ(pmhash_close(t), PMHASH_OK);
+}
+
+// REVIEW PROBE: with every thread slot taken (kMaxThreads threads on the index at once),
+// the other calls refuse (PMHASH_INVALID_ARGUMENT, "more than 256 threads"); pmhash_count
+// answers PMHASH_OK with 0 for an index holding a key.
+TEST(CApi, CountWithEveryThreadSlotTaken) {
+  TempPool p;
+  pmhash_options o = variable_options("lineht");
+  pmhash_index* t = nullptr;
+  ASSERT_EQ(pmhash_open(p.path.c_str(), &o, &t, nullptr, 0), 0);
+  ASSERT_EQ(pmhash_insert(t, "k", 1, "v", 1), PMHASH_OK);
+  std::atomic<int> ready{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 256; ++i)
+    ts.emplace_back([&] {
+      uint64_t n;
+      pmhash_count(t, &n);  // takes a slot
+      ready++;
+      while (!done) std::this_thread::yield();
+    });
+  while (ready < 256) std::this_thread::yield();
+  std::thread([&] {
+    char buf[8];
+    size_t len;
+    int get = pmhash_get(t, "k", 1, buf, sizeof buf, &len);
+    uint64_t n = 99;
+    int count = pmhash_count(t, &n);
+    EXPECT_EQ(count, get) << "get says " << get << "; count says " << count << " with n=" << n;
+  }).join();
+  done = true;
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(pmhash_close(t), 0);
 }
 
 }  // namespace

@@ -388,60 +388,92 @@ TEST(Cli, ImportKeepsTheFormatTheDumpRecords) {
   EXPECT_NE(access(none.path.c_str(), F_OK), 0) << "a refused import left a pool";
 }
 
-// `pmhash import DUMP POOL ...` as a child process (output discarded); its pid.
-pid_t spawn_import(const std::string& dump, const std::string& pool) {
+// `pmhash import DUMP POOL ...` as a child process (output discarded) that stops itself
+// (SIGSTOP, the CLI's test hook PMHASH_TEST_IMPORT_STOP_AFTER) after `stop_after` inserts;
+// its pid.
+pid_t spawn_import(const std::string& dump, const std::string& pool, size_t stop_after,
+                   int ignored = 0) {
+  std::string stop = std::to_string(stop_after);
   pid_t pid = fork();
   if (pid == 0) {
+    if (ignored != 0) signal(ignored, SIG_IGN);  // as nohup ignores SIGHUP
     int null = open("/dev/null", O_WRONLY);
     dup2(null, 1);
     dup2(null, 2);
+    setenv("PMHASH_TEST_IMPORT_STOP_AFTER", stop.c_str(), 1);
     execl(PMHASH_CLI, "pmhash", "import", dump.c_str(), pool.c_str(), "--scheme", "lineht",
-          "--format", "fixed", "--pool-size", "268435456", static_cast<char*>(nullptr));
+          "--format", "fixed", static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;
 }
 
-// Kills an import of a large dump with `sig` once its pool file exists (at the target, or
-// the temporary one); the import must have been still running.
-void kill_import_midway(const std::string& dump, const std::string& target, int sig) {
-  pid_t pid = spawn_import(dump, target);
+// Signals an import with `sig` while it is stopped midway (after half the dump's items):
+// no sleep, no race. It must end by that signal.
+void kill_import_midway(const std::string& dump, const std::string& target, size_t items, int sig) {
+  pid_t pid = spawn_import(dump, target, items / 2);
   ASSERT_GT(pid, 0);
-  std::string tmp = target + ".importing." + std::to_string(pid);
-  for (int i = 0; i < 30000 && access(target.c_str(), F_OK) != 0 && access(tmp.c_str(), F_OK) != 0;
-       ++i)
-    usleep(1000);
-  usleep(20000);  // some inserts done, most not
-  kill(pid, sig);
   int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(status)) << "the import did not reach its stop point";
+  std::string tmp = target + ".importing." + std::to_string(pid);
+  EXPECT_EQ(access(tmp.c_str(), F_OK), 0) << "midway, the pool is built in " << tmp;
+  EXPECT_NE(access(target.c_str(), F_OK), 0) << "midway, an import left a pool at its target";
+  kill(pid, sig);
+  if (sig != SIGKILL) kill(pid, SIGCONT);  // a stopped process takes its other signals later
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "the import ended before the kill: make the dump larger";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+}
+
+// The files beside `target` whose names start with it and a dot.
+std::vector<std::string> left_beside(const std::string& target) {
+  std::vector<std::string> left;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::filesystem::path(target).parent_path()))
+    if (e.path().string().starts_with(target + ".")) left.push_back(e.path().string());
+  return left;
 }
 
 // A killed import leaves no pool at its target (it left a partial pool that opened and
 // checked clean): the pool is built in POOL.importing.PID and renamed into place when
-// complete. SIGKILL leaves that file behind; SIGTERM removes it. An existing target is
-// refused and left as it was.
+// complete. SIGKILL leaves that file behind; SIGINT, SIGTERM, SIGHUP and SIGPIPE remove it.
+// An existing target is refused and left as it was.
 TEST(Cli, AKilledImportLeavesNoPoolAtItsTarget) {
+  const size_t n = 2000;
   std::vector<std::pair<std::string, std::string>> items;
-  for (int i = 0; i < 1000000; ++i) items.emplace_back(make_key(i, true), make_key(i, true));
+  for (size_t i = 0; i < n; ++i) items.emplace_back(make_key(i, true), make_key(i, true));
   TempPool dump("dump"), target;
   write_bytes(dump.path, dump_of(items, 0));
-  std::filesystem::path dir = std::filesystem::path(target.path).parent_path();
-  kill_import_midway(dump.path, target.path, SIGKILL);
+  kill_import_midway(dump.path, target.path, n, SIGKILL);
   EXPECT_NE(access(target.path.c_str(), F_OK), 0) << "a killed import left a pool";
   EXPECT_NE(run("check " + target.path).exit_code, 0);
-  std::vector<std::string> left;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().string().starts_with(target.path + ".importing."))
-      left.push_back(e.path().string());
-  EXPECT_EQ(left.size(), 1u) << "SIGKILL leaves the temporary pool, named POOL.importing.PID";
-  for (const std::string& f : left) unlink(f.c_str());
+  std::vector<std::string> left = left_beside(target.path);
+  ASSERT_EQ(left.size(), 1u) << "SIGKILL leaves the temporary pool, named POOL.importing.PID";
+  EXPECT_NE(left[0].find(".importing."), std::string::npos) << left[0];
+  unlink(left[0].c_str());
 
-  kill_import_midway(dump.path, target.path, SIGTERM);
-  EXPECT_NE(access(target.path.c_str(), F_OK), 0) << "a killed import left a pool";
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    EXPECT_FALSE(e.path().string().starts_with(target.path + ".")) << e.path() << " left";
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
+    SCOPED_TRACE(strsignal(sig));
+    kill_import_midway(dump.path, target.path, n, sig);
+    EXPECT_NE(access(target.path.c_str(), F_OK), 0) << "a killed import left a pool";
+    for (const std::string& f : left_beside(target.path)) {
+      ADD_FAILURE() << f << " left";
+      unlink(f.c_str());
+    }
+  }
+
+  // A signal the import was started ignoring stays ignored (nohup): the import completes.
+  pid_t pid = spawn_import(dump.path, target.path, n / 2, SIGHUP);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, WUNTRACED), pid);
+  ASSERT_TRUE(WIFSTOPPED(status));
+  kill(pid, SIGHUP);
+  kill(pid, SIGCONT);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(run("check " + target.path).exit_code, 0);
+  unlink(target.path.c_str());
 
   fill(target.path, small_options("lineht", Format::kFixed), 10, false);
   std::vector<char> before = read_file(target.path);

@@ -82,6 +82,9 @@ class Index {
   Status get_many(std::span<const std::string_view> keys, std::span<std::string> values,
                   std::span<Status> statuses) const;
   uint64_t size() const;
+  // size() with a status: kClosed on a closed index, kInvalidArgument for a thread past the
+  // limit (size() answers 0 for both).
+  Status count(uint64_t* n) const;
   Stats stats() const;
 
   // Routing keys to threads. An index may split its keys into partitions, each owned by one

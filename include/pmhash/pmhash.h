@@ -59,7 +59,8 @@ int pmhash_remove(pmhash_index* t, const void* key, size_t key_len);
 /* The live keys; 0 also for a closed index or a NULL t (pmhash_count tells them apart). */
 uint64_t pmhash_size(const pmhash_index* t);
 /* The live keys into *size, reporting errors as the other calls do: 0, PMHASH_CLOSED after
- * pmhash_shutdown (*size 0), PMHASH_INVALID_ARGUMENT for a NULL t or size. */
+ * pmhash_shutdown, PMHASH_INVALID_ARGUMENT for a NULL t or size or a thread past the limit
+ * of threads using the index at once (*size 0 on every error). */
 int pmhash_count(const pmhash_index* t, uint64_t* size);
 /* Routing keys to threads (Index::partitions/owner/partition in index.hpp): the number of
  * partitions, the one owning a key, and the calling thread's (PMHASH_NO_PARTITION: none).

@@ -305,7 +305,12 @@ std::string start_import_tmp(const std::string& path) {
   if (tmp.size() >= sizeof g_import_tmp) return "";
   unlink(tmp.c_str());  // a killed import's, under a PID now ours: no live process owns it
   std::memcpy(g_import_tmp, tmp.c_str(), tmp.size() + 1);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, remove_import_tmp_and_exit);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) {
+    struct sigaction was {};
+    sigaction(sig, nullptr, &was);
+    // An ignored signal stays ignored (nohup's SIGHUP, a background job's SIGINT).
+    if (was.sa_handler != SIG_IGN) signal(sig, remove_import_tmp_and_exit);
+  }
   return tmp;
 }
 
@@ -322,8 +327,9 @@ bool fsync_path(const std::string& p, int flags) {
 std::string publish_pool(const std::string& tmp, const std::string& path) {
   if (!fsync_path(tmp, 0)) return "cannot sync '" + tmp + "': " + std::strerror(errno);
   int rc = renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
-  if (rc != 0 && (errno == EINVAL || errno == ENOSYS) &&
-      (rc = link(tmp.c_str(), path.c_str())) == 0)
+  // Any refusal but EEXIST falls back (EINVAL: the file system; ENOSYS, EPERM, EOPNOTSUPP: an
+  // old kernel or a sandbox's filter); link() then reports a real error itself.
+  if (rc != 0 && errno != EEXIST && (rc = link(tmp.c_str(), path.c_str())) == 0)
     unlink(tmp.c_str());
   if (rc != 0)
     return errno == EEXIST
@@ -334,12 +340,23 @@ std::string publish_pool(const std::string& tmp, const std::string& path) {
   return "";
 }
 
+// For tests only: with PMHASH_TEST_IMPORT_STOP_AFTER=N in the environment, an import stops
+// itself (SIGSTOP) after its Nth insert, so a test signals it at a known point midway, not
+// after a sleep (tests/cli_test.cpp, Cli.AKilledImportLeavesNoPoolAtItsTarget).
+size_t test_stop_after() {
+  const char* e = std::getenv("PMHASH_TEST_IMPORT_STOP_AFTER");
+  return e != nullptr ? std::strtoull(e, nullptr, 10) : SIZE_MAX;
+}
+
 // The items inserted into a new pool at `tmp`, closed cleanly; "" or why not.
 std::string build_pool(const std::string& tmp, const Options& o, const Dump& d) {
   std::unique_ptr<Index> idx;
   Status s = Index::open(tmp, o, &idx);
-  for (size_t i = 0; s.ok() && i < d.items.size(); ++i)
+  const size_t stop_after = test_stop_after();
+  for (size_t i = 0; s.ok() && i < d.items.size(); ++i) {
+    if (i == stop_after) raise(SIGSTOP);
     s = idx->insert(d.items[i].first, d.items[i].second);
+  }
   if (s.ok()) s = idx->close();
   return s.ok() ? "" : s.to_string();
 }
