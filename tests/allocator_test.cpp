@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <latch>
 #include <map>
 #include <set>
 #include <thread>
@@ -485,8 +486,9 @@ namespace {
 // Issue 19: an open reads the chunk table and no slab's bitmap, so its time does not grow
 // with the slabs a table's keys fill; a slab's record is built at its first use. The page
 // holding two slabs' bitmaps is unreadable while the allocator opens (the open read every
-// slab's bitmap before: it crashed here); then a logged free, a log-free unmark, a
-// reservation of each class and the byte count each meet a slab the open left unread.
+// slab's bitmap before: it crashed here). Then, each first after an open, a reservation of
+// each class (it must take the old slab's free block, not make a new slab), a logged free
+// and a log-free unmark, and the byte count meet slabs the open left unread.
 TEST(Allocator, AnOpenReadsNoSlabBitmapAndASlabIsReadAtItsFirstUse) {
   RawPool rp;
   const uint64_t chunk = 64u << 10, bitmap_bytes = chunk / 512, page = 4096;
@@ -513,12 +515,22 @@ TEST(Allocator, AnOpenReadsNoSlabBitmapAndASlabIsReadAtItsFirstUse) {
   rp.open(nullptr, false,
           [&](pm::Pool& pool) { ASSERT_EQ(mprotect(pool.base() + hidden, page, PROT_NONE), 0); });
   ASSERT_EQ(mprotect(rp.pool->base() + hidden, page, PROT_READ | PROT_WRITE), 0);
+  for (const std::vector<pm::Reservation>* v : {&small, &mid}) {
+    pm::Reservation r = rp.alloc->reserve((*v)[0].size);
+    EXPECT_EQ(chunk_of(r), chunk_of((*v)[0])) << "a new slab beside the old one with room";
+    for (const pm::Reservation& old : *v) EXPECT_NE(r.off, old.off);
+    rp.alloc->cancel(r);
+  }
 
+  rp.open(nullptr, false);
   pm::Tx tx(*rp.alloc);  // logged free in the 128-byte slab
   tx.free(small[0].off);
   tx.commit();
   rp.alloc->unmark(mid[0].off);  // log-free free in the 1 KiB slab
   EXPECT_EQ(rp.alloc->allocated_bytes(), bytes - 128 - 1024);
+  rp.alloc->write_back();
+  rp.open(nullptr, false);
+  EXPECT_EQ(rp.alloc->allocated_bytes(), bytes - 128 - 1024) << "counted from unread slabs";
   EXPECT_EQ(rp.alloc->reserve(128).off, small[0].off) << "the freed block, not a new slab's";
   EXPECT_EQ(rp.alloc->reserve(1024).off, mid[0].off) << "the freed block, not a new slab's";
   pm::Reservation next = rp.alloc->reserve(128);
@@ -539,8 +551,10 @@ TEST(Allocator, ThreadsMeetingUnreadSlabsAtOnceCountEveryBlockOnce) {
   rp.open(nullptr, false);
   std::vector<std::vector<pm::Reservation>> fresh(kThreads);
   std::vector<std::thread> threads;
+  std::latch start(kThreads);  // all meet the unread slabs at once
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
+      start.arrive_and_wait();
       for (int i = t; i < kBlocks; i += kThreads) {
         if (i % 4 != 0) rp.alloc->unmark(rs[i].off);  // keep every 4th
         if (i / kThreads % 3 == 0 && fresh[t].size() < kNew) {

@@ -273,9 +273,10 @@ void Allocator::build_dram_state() {
 }
 
 // Builds an unread slab's record from its bitmap; the caller holds its class's lock. Every
-// path that changes a bit of a block from before this open reads the slab first
-// (read_slab_of), so the bitmap read here is the one the open would have read, plus the
-// blocks reserved since (none: reserve_block reads a slab before it reserves from it).
+// path that clears a bit of a block from before this open reads the slab first
+// (read_slab_of: unmark and the sweep's frees through clear_allocated, a logged Tx::free),
+// so the bitmap read here is the one the open would have read, plus the blocks reserved
+// since (none: reserve_block reads a slab before it reserves from it).
 void Allocator::read_slab(uint64_t c) {
   uint8_t tag = unread_[c].load(std::memory_order_relaxed);
   if (tag == 0) return;

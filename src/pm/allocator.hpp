@@ -70,8 +70,9 @@ class Allocator {
   void replay_committed() { replay_lanes(); }
 
   Reservation reserve(uint64_t size);  // empty Reservation when the pool is full
-  // Whether reserve(size) would find room now, changing nothing (no slab is made). Not
-  // whether a sparse pool's file system could back a fresh chunk's pages.
+  // Whether reserve(size) would find room now, changing nothing in the pool (no slab is
+  // made; it may build the DRAM records of slabs from before the open). Not whether a
+  // sparse pool's file system could back a fresh chunk's pages.
   bool has_room_for(uint64_t size);
   void cancel(const Reservation& r);  // give back an unpublished reservation
   // Marks r allocated without a log. Only for objects nothing reachable points to yet and
