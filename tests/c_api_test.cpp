@@ -12,15 +12,8 @@
 namespace pmhash::testing {
 namespace {
 
-// A new variable-format pool of `scheme`, emulated mode, 64 MiB.
 pmhash_options variable_options(const char* scheme) {
-  pmhash_options o{};
-  o.scheme = scheme;
-  o.variable_format = 1;
-  o.mode = 2;  // emulated
-  o.create = 1;
-  o.pool_size = 64u << 20;
-  return o;
+  return c_variable_options(scheme, 64u << 20);
 }
 
 TEST(CApi, RoundTripAndErrors) {

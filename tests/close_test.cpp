@@ -203,13 +203,7 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, CloseTest, ::testing::ValuesIn(all_scheme_f
 // --- C API ----------------------------------------------------------------------------
 
 pmhash_options c_options(const char* scheme) {
-  pmhash_options o{};
-  o.scheme = scheme;
-  o.variable_format = 1;
-  o.mode = 2;  // emulated
-  o.create = 1;
-  o.pool_size = 256u << 20;
-  return o;
+  return c_variable_options(scheme, 256u << 20);
 }
 
 bool normal_or_closed(int rc) {

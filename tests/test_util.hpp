@@ -12,6 +12,7 @@
 #include "crash_sim.hpp"
 #include "model.hpp"
 #include "pmhash/index.hpp"
+#include "pmhash/pmhash.h"
 
 namespace pmhash::testing {
 
@@ -33,6 +34,17 @@ inline std::vector<char> read_file(const std::string& path) {  // in one read (f
 inline void write_bytes(const std::string& path, const std::vector<char>& b) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+// A new variable-format pool of `scheme` through the C API, emulated mode.
+inline pmhash_options c_variable_options(const char* scheme, uint64_t pool_size) {
+  pmhash_options o{};
+  o.scheme = scheme;
+  o.variable_format = 1;
+  o.mode = 2;  // emulated
+  o.create = 1;
+  o.pool_size = pool_size;
+  return o;
 }
 
 inline Options small_options(const std::string& scheme, Format f) {
